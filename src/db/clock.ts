@@ -1,0 +1,33 @@
+/**
+ * The clock that stepkey's SQL reads. Leases, expiry and retention use the
+ * database's `now()`, never the application's clock, so that several machines
+ * agree. Tests move time by setting an offset that every statement adds to
+ * `now()`; in production the offset stays 0.
+ */
+import type postgres from 'postgres';
+
+export class Clock {
+  #offsetMs = 0;
+
+  get offsetMs(): number {
+    return this.#offsetMs;
+  }
+
+  /** Moves this clock forward (or back, with a negative value). */
+  advance(ms: number): void {
+    if (!Number.isFinite(ms)) throw new RangeError(`Clock.advance needs a finite number of ms, got ${ms}.`);
+    this.#offsetMs += ms;
+  }
+
+  reset(): void {
+    this.#offsetMs = 0;
+  }
+}
+
+/** The shared clock used when none is given: offset 0 unless a test moves it. */
+export const systemClock = new Clock();
+
+/** `now()` as stepkey sees it, as a postgres.js fragment. */
+export function sqlNow(sql: postgres.ISql, clock: Clock) {
+  return sql`(now() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
+}

@@ -1,0 +1,59 @@
+/**
+ * Connections. stepkey talks to Postgres through postgres.js; application code
+ * inside steps and procedures gets drizzle on the same transaction.
+ */
+import postgres from 'postgres';
+import { drizzle, type PostgresJsDatabase } from 'drizzle-orm/postgres-js';
+import { PostgresJsSession, PostgresJsTransaction } from 'drizzle-orm/postgres-js/session';
+import { PgDialect } from 'drizzle-orm/pg-core';
+import type { ExtractTablesWithRelations } from 'drizzle-orm';
+
+export type Sql = postgres.Sql;
+export type TransactionSql = postgres.TransactionSql;
+/** Anything that runs a query: the pool, a reserved connection or a transaction. */
+export type Queryable = postgres.ISql;
+
+/** The drizzle handle a step or a procedure gets for its transaction. */
+export type DrizzleTx = PostgresJsTransaction<Record<string, never>, ExtractTablesWithRelations<Record<string, never>>>;
+
+export interface Database {
+  readonly url: string;
+  /** The postgres.js pool. */
+  readonly sql: Sql;
+  /** drizzle on the same pool. */
+  readonly db: PostgresJsDatabase;
+  close(): Promise<void>;
+}
+
+export interface ConnectOptions {
+  /** Pool size (default 10). */
+  max?: number;
+  applicationName?: string;
+}
+
+export function connect(url: string, options: ConnectOptions = {}): Database {
+  const sql = postgres(url, {
+    max: options.max ?? 10,
+    onnotice: () => {},
+    idle_timeout: 30,
+    connect_timeout: 10,
+    connection: { application_name: options.applicationName ?? 'stepkey' },
+  });
+  // drizzle configures the pool's timestamp parsers once, here.
+  const db = drizzle({ client: sql });
+  return {
+    url,
+    sql,
+    db,
+    close: () => sql.end({ timeout: 5 }),
+  };
+}
+
+const dialect = new PgDialect();
+
+/** drizzle bound to an open postgres.js transaction: writes join that transaction. */
+export function drizzleOn(tx: TransactionSql): DrizzleTx {
+  // The same construction drizzle uses for its own transactions.
+  const session = new PostgresJsSession(tx as unknown as Sql, dialect, undefined, {});
+  return new PostgresJsTransaction(dialect, session as never, undefined) as unknown as DrizzleTx;
+}

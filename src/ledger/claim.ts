@@ -1,0 +1,68 @@
+/**
+ * Claiming a key: the claim statement, plus the rare paths it can lead to —
+ * forgetting an expired key, taking over an expired lease or a failed run, and
+ * reading again when a concurrent commit slipped past the statement's
+ * snapshot.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Queryable } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { assertValidKey, assertValidScope } from '../keys/validate.js';
+import { claimRow } from './sql/claim.js';
+import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
+import type { ClaimRequest, ClaimResult } from './types.js';
+
+/** How many times a claim reads again before it answers "in progress". */
+const MAX_ROUNDS = 4;
+
+export function assertValidClaim(request: ClaimRequest): void {
+  assertValidScope(request.scope);
+  assertValidKey(request.key);
+  if (typeof request.fingerprint !== 'string' || request.fingerprint.length === 0) {
+    throw new StepkeyError('invalid_input', 'A claim needs a non-empty fingerprint.');
+  }
+}
+
+export async function claimKey(
+  q: Queryable,
+  clock: Clock,
+  request: ClaimRequest,
+  leaseMs: number,
+): Promise<ClaimResult> {
+  for (let round = 0; round < MAX_ROUNDS; round += 1) {
+    const token = randomUUID();
+    const row = await claimRow(q, clock, request, token, leaseMs);
+    if (!row) continue; // committed after our snapshot: read again
+    const lease = { scope: request.scope, key: request.key, token };
+    switch (row.state) {
+      case 'owned':
+        return { state: 'owned', lease, attempts: row.attempts, resumed: false };
+      case 'mismatch':
+        return { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
+      case 'replay':
+        return {
+          state: 'replay',
+          outcome: {
+            status: row.status === 'cancelled' ? 'cancelled' : 'completed',
+            ok: row.outcome_ok ?? false,
+            body: row.outcome ?? '',
+            code: row.outcome_code,
+          },
+        };
+      case 'in_progress':
+        return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0 };
+      case 'expired':
+        await forgetExpiredRow(q, clock, request.scope, request.key);
+        continue;
+      case 'lease_expired':
+      case 'resumable': {
+        const taken = await takeoverRow(q, clock, request, token, leaseMs);
+        if (taken) return { state: 'owned', lease, attempts: taken.attempts, resumed: true };
+        continue; // another contender changed it first: read again
+      }
+    }
+  }
+  // The key kept changing under us: someone else is working on it.
+  return { state: 'in_progress', retryAfterMs: 1000 };
+}

@@ -1,0 +1,56 @@
+/**
+ * A database of its own for one test file, cloned from the migrated template.
+ *
+ *   const db = useTestDatabase();       // in a describe or at file level
+ *   db().sql`select 1`                  // inside tests
+ */
+import { randomBytes } from 'node:crypto';
+import postgres from 'postgres';
+import { afterAll, beforeAll, inject } from 'vitest';
+import { connect, type Database } from '../../src/db/connect.js';
+import { withDatabase } from './urls.js';
+
+export interface TestDatabase extends Database {
+  readonly name: string;
+}
+
+export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
+  const adminUrl = inject('adminUrl');
+  const name = `stepkey_t_${inject('runId')}_${randomBytes(4).toString('hex')}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`create database ${name} template ${inject('templateDatabase')}`);
+  } finally {
+    await admin.end();
+  }
+  return {
+    name,
+    url: withDatabase(adminUrl, name),
+    async drop() {
+      const dropper = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      try {
+        await dropper.unsafe(`drop database if exists ${name} with (force)`);
+      } finally {
+        await dropper.end();
+      }
+    },
+  };
+}
+
+export function useTestDatabase(options: { max?: number } = {}): () => TestDatabase {
+  let database: TestDatabase | undefined;
+  let drop: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    const created = await createTestDatabase();
+    drop = created.drop;
+    database = Object.assign(connect(created.url, { max: options.max ?? 10 }), { name: created.name });
+  });
+  afterAll(async () => {
+    await database?.close();
+    await drop?.();
+  });
+  return () => {
+    if (!database) throw new Error('useTestDatabase(): the database is created in beforeAll');
+    return database;
+  };
+}
