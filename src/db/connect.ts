@@ -7,9 +7,9 @@ import { drizzle, type PostgresJsDatabase } from 'drizzle-orm/postgres-js';
 import { PostgresJsSession, PostgresJsTransaction } from 'drizzle-orm/postgres-js/session';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
+import type { TxSql } from './transaction.js';
 
 export type Sql = postgres.Sql;
-export type TransactionSql = postgres.TransactionSql;
 /** Anything that runs a query: the pool, a reserved connection or a transaction. */
 export type Queryable = postgres.ISql;
 
@@ -52,7 +52,7 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
 const dialect = new PgDialect();
 
 /** drizzle bound to an open postgres.js transaction: writes join that transaction. */
-export function drizzleOn(tx: TransactionSql): DrizzleTx {
+export function drizzleOn(tx: TxSql): DrizzleTx {
   // The same construction drizzle uses for its own transactions.
   const session = new PostgresJsSession(tx as unknown as Sql, dialect, undefined, {});
   return new PostgresJsTransaction(dialect, session as never, undefined) as unknown as DrizzleTx;

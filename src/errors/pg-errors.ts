@@ -20,6 +20,8 @@ export const SqlState = {
   cannotConnectNow: '57P03',
   inFailedTransaction: '25P02',
   tooManyConnections: '53300',
+  /** Raised by stepkey.lease_held(): a fenced write found its lease gone. */
+  leaseLost: 'SKL01',
 } as const;
 
 /** Connection-level failures reported by postgres.js or Node's sockets. */
@@ -64,6 +66,10 @@ export function isUniqueViolation(error: unknown): boolean {
   return errorCode(error) === SqlState.uniqueViolation;
 }
 
+export function isLeaseLost(error: unknown): boolean {
+  return errorCode(error) === SqlState.leaseLost;
+}
+
 export function isLockTimeout(error: unknown): boolean {
   return errorCode(error) === SqlState.lockNotAvailable;
 }
@@ -94,6 +100,9 @@ export function translateDatabaseError(error: unknown, action: string): StepkeyE
   if (error instanceof StepkeyError) return error;
   const code = errorCode(error);
   const message = error instanceof Error ? error.message : String(error);
+  if (code === SqlState.leaseLost) {
+    return new StepkeyError('lease_lost', `The lease was taken over or cancelled while ${action}.`, { cause: error });
+  }
   if (isConnectionError(error)) {
     return new StepkeyError('database_unavailable', `Postgres is unavailable while ${action}: ${message}`, {
       cause: error,

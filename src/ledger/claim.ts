@@ -16,6 +16,9 @@ import type { ClaimRequest, ClaimResult } from './types.js';
 /** How many times a claim reads again before it answers "in progress". */
 const MAX_ROUNDS = 4;
 
+/** Retry-After for a key whose holder has not committed its claim yet. */
+export const UNCOMMITTED_RETRY_AFTER_MS = 1000;
+
 export function assertValidClaim(request: ClaimRequest): void {
   assertValidScope(request.scope);
   assertValidKey(request.key);
@@ -24,18 +27,37 @@ export function assertValidClaim(request: ClaimRequest): void {
   }
 }
 
+/** In `lock` mode a claim may also find the key vacant: no row, and the caller holds its advisory lock. */
+export type LockingClaimResult = ClaimResult | { state: 'vacant' };
+
 export async function claimKey(
   q: Queryable,
   clock: Clock,
   request: ClaimRequest,
   leaseMs: number,
-): Promise<ClaimResult> {
+): Promise<ClaimResult>;
+export async function claimKey(
+  q: Queryable,
+  clock: Clock,
+  request: ClaimRequest,
+  leaseMs: number,
+  mode: 'lock',
+): Promise<LockingClaimResult>;
+export async function claimKey(
+  q: Queryable,
+  clock: Clock,
+  request: ClaimRequest,
+  leaseMs: number,
+  mode: 'insert' | 'lock' = 'insert',
+): Promise<LockingClaimResult> {
   for (let round = 0; round < MAX_ROUNDS; round += 1) {
     const token = randomUUID();
-    const row = await claimRow(q, clock, request, token, leaseMs);
+    const row = await claimRow(q, clock, request, token, leaseMs, mode);
     if (!row) continue; // committed after our snapshot: read again
     const lease = { scope: request.scope, key: request.key, token };
     switch (row.state) {
+      case 'vacant':
+        return { state: 'vacant' };
       case 'owned':
         return { state: 'owned', lease, attempts: row.attempts, resumed: false };
       case 'mismatch':
@@ -52,8 +74,12 @@ export async function claimKey(
         };
       case 'in_progress':
         return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0 };
+      case 'locked':
+        // Held by a transaction that has not committed its claim yet.
+        return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
       case 'expired':
         await forgetExpiredRow(q, clock, request.scope, request.key);
+        if (mode === 'lock') return { state: 'vacant' };
         continue;
       case 'lease_expired':
       case 'resumable': {
@@ -64,5 +90,5 @@ export async function claimKey(
     }
   }
   // The key kept changing under us: someone else is working on it.
-  return { state: 'in_progress', retryAfterMs: 1000 };
+  return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
 }

@@ -17,7 +17,8 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidClaim, claimKey } from './claim.js';
 import { once, type OnceContext, type OnceOptions, type OnceResult } from './once.js';
 import { toJsonText, serializeError } from './outcome.js';
-import { completeRow, failRow, heartbeatRow, releaseRow } from './sql/finish.js';
+import { completeStatement, failStatement, heartbeatStatement, releaseStatement } from './sql/finish.js';
+import { isLeaseLost } from '../errors/pg-errors.js';
 import { purgeExpiredRows } from './sql/purge.js';
 import { readRow, type LedgerRow } from './sql/read.js';
 import type { ClaimRequest, ClaimResult, KeyRef, Lease, OutcomeToStore } from './types.js';
@@ -31,13 +32,10 @@ export interface LedgerOptions {
   leaseMs?: number;
   /** How long a completed key is kept (default 24 h). */
   retentionMs?: number;
-  /** How long `once` waits on a duplicate still uncommitted before answering in progress (default 50 ms). */
-  lockWaitMs?: number;
 }
 
 export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_RETENTION_MS = 24 * 60 * 60 * 1000;
-export const DEFAULT_LOCK_WAIT_MS = 50;
 
 function positive(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
@@ -52,14 +50,12 @@ export class Ledger {
   readonly clock: Clock;
   readonly leaseMs: number;
   readonly retentionMs: number;
-  readonly lockWaitMs: number;
 
   constructor(options: LedgerOptions) {
     this.sql = options.sql;
     this.clock = options.clock ?? systemClock;
     this.leaseMs = positive('leaseMs', options.leaseMs, DEFAULT_LEASE_MS);
     this.retentionMs = positive('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS);
-    this.lockWaitMs = positive('lockWaitMs', options.lockWaitMs, DEFAULT_LOCK_WAIT_MS);
   }
 
   /** Claims a key and commits the claim (split form). */
@@ -72,33 +68,41 @@ export class Ledger {
 
   /** Stores the outcome if `lease` is still current; false if it was taken over. */
   complete(lease: Lease, outcome: OutcomeToStore, options: { retentionMs?: number } = {}): Promise<boolean> {
-    return this.#db(`completing key '${lease.key}'`, () =>
-      completeRow(this.sql, this.clock, lease, outcome, options.retentionMs ?? this.retentionMs),
-    );
+    return this.#db(`completing key '${lease.key}'`, async () => {
+      try {
+        await completeStatement(this.sql, this.clock, lease, outcome, options.retentionMs ?? this.retentionMs);
+        return true;
+      } catch (error) {
+        if (isLeaseLost(error)) return false;
+        throw error;
+      }
+    });
   }
 
   /** Stores a success: `value` as strict JSON text. */
-  completeWith(lease: Lease, value: unknown, code: number | null = null): Promise<boolean> {
+  async completeWith(lease: Lease, value: unknown, code: number | null = null): Promise<boolean> {
     return this.complete(lease, { ok: true, body: toJsonText(value), code });
   }
 
   /** Frees the key after a retryable failure, if `lease` is still current. */
   release(lease: Lease): Promise<boolean> {
-    return this.#db(`releasing key '${lease.key}'`, () => releaseRow(this.sql, lease));
+    return this.#db(`releasing key '${lease.key}'`, async () => (await releaseStatement(this.sql, lease)).length === 1);
   }
 
   /** Marks the key failed but resumable (a run that used up its retries). */
-  fail(lease: Lease, error: unknown): Promise<boolean> {
+  async fail(lease: Lease, error: unknown): Promise<boolean> {
     const lastError = toJsonText(serializeError(error), 'error');
-    return this.#db(`failing key '${lease.key}'`, () =>
-      failRow(this.sql, this.clock, lease, lastError, this.retentionMs),
+    return this.#db(
+      `failing key '${lease.key}'`,
+      async () => (await failStatement(this.sql, this.clock, lease, lastError, this.retentionMs)).length === 1,
     );
   }
 
   /** Extends the lease; false if it is no longer this holder's. */
   heartbeat(lease: Lease, leaseMs = this.leaseMs): Promise<boolean> {
-    return this.#db(`extending the lease of '${lease.key}'`, () =>
-      heartbeatRow(this.sql, this.clock, lease, leaseMs),
+    return this.#db(
+      `extending the lease of '${lease.key}'`,
+      async () => (await heartbeatStatement(this.sql, this.clock, lease, leaseMs)).length === 1,
     );
   }
 

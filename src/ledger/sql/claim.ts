@@ -2,21 +2,38 @@
  * The claim statement: one round trip that either inserts the key as in
  * progress (the caller owns it) or reads the row that is already there.
  *
- * Guarantee: a key that exists is never written by a claim — a replay, a
- * mismatch or an in-progress answer costs one read. (`ON CONFLICT DO UPDATE …
- * WHERE` would row-lock the existing row even when its WHERE is false, so
- * every replay would write and duplicates would queue behind each other.)
+ * Guarantees:
+ * - A key that exists is never written by a claim: a replay, a mismatch or an
+ *   in-progress answer costs one read. (`ON CONFLICT DO UPDATE … WHERE` would
+ *   row-lock the existing row even when its WHERE is false, so every replay
+ *   would write and duplicates would queue behind each other.)
+ * - A claim never waits for another transaction. An insert that conflicts
+ *   with an uncommitted insert of the same key waits until that transaction
+ *   ends — for `once`, until its work is done. So every claim first takes a
+ *   transaction-scoped advisory lock on the key with pg_try_advisory_xact_lock:
+ *   if a `once` holds the key uncommitted, the lock is taken and the answer is
+ *   "locked" (in progress) at once, without touching the row.
+ *
+ * Two modes. `insert` writes the claim as an in-progress row (the split
+ * form: the claim commits on its own, then the work, then the outcome).
+ * `lock` writes nothing and answers "vacant" when no row exists: `once` holds
+ * the key by its advisory lock for the rest of its transaction and inserts the
+ * finished row at the end (see once.ts) — one write per key instead of an
+ * insert and an update.
  *
  * Under READ COMMITTED the read half uses the snapshot taken when the
- * statement began: if the insert waited for a concurrent transaction that then
- * committed the key, the read sees nothing and the statement returns no row.
- * Callers retry once.
+ * statement began: a row committed after it (by a holder that finished while
+ * this statement ran) is not seen. In `insert` mode the insert still meets
+ * that row, so the statement returns no row and the caller reads again; in
+ * `lock` mode the answer may be "vacant" though the key was just completed —
+ * `once` then meets the row as a unique violation at its final insert, rolls
+ * back and reads again.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { ClaimRequest, LedgerKind } from '../types.js';
 
-export type ClaimState = 'owned' | 'expired' | 'mismatch' | 'replay' | 'resumable' | 'in_progress' | 'lease_expired';
+export type ClaimState = 'owned' | 'locked' | 'vacant' | 'expired' | 'mismatch' | 'replay' | 'resumable' | 'in_progress' | 'lease_expired';
 
 export interface ClaimRow {
   state: ClaimState;
@@ -36,17 +53,22 @@ export async function claimRow(
   request: ClaimRequest,
   token: string,
   leaseMs: number,
+  mode: 'insert' | 'lock',
 ): Promise<ClaimRow | undefined> {
   const now = sqlNow(q, clock);
+  const insert = mode === 'insert';
   const rows = await q<ClaimRow[]>`
-    with inserted as (
+    with lock as (
+      select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held
+    ), inserted as (
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
          lease_token, locked_until, attempts, created_at, updated_at)
-      values
-        (${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
-         ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
-         ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now})
+      select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
+             ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
+             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now}
+        from lock
+       where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
       returning attempts
     )
@@ -54,6 +76,15 @@ export async function claimRow(
            null::boolean as outcome_ok, null::int as outcome_code, null::int as retry_after_ms,
            null::text as kind, null::text as name
       from inserted
+    union all
+    select 'locked', 0, null, null, null, null, null, null, null
+      from lock
+     where not lock.held
+    union all
+    select 'vacant', 0, null, null, null, null, null, null, null
+      from lock
+     where lock.held and not ${insert}::boolean
+       and not exists (select 1 from stepkey.ledger where scope = ${request.scope} and key = ${request.key})
     union all
     select case
              when l.expires_at is not null and l.expires_at <= ${now} then 'expired'
@@ -66,7 +97,7 @@ export async function claimRow(
            l.attempts, l.status, l.outcome, l.outcome_ok, l.outcome_code,
            greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int,
            l.kind, l.name
-      from stepkey.ledger l
-     where l.scope = ${request.scope} and l.key = ${request.key}`;
+      from stepkey.ledger l, lock
+     where lock.held and l.scope = ${request.scope} and l.key = ${request.key}`;
   return rows[0];
 }

@@ -3,43 +3,49 @@
  *
  * Guarantee: each applies only while the caller's lease token is the row's
  * current token and the row is in progress. A holder whose lease was taken
- * over (or whose run was cancelled) gets `false` and has changed nothing: it
- * can neither overwrite nor release the new holder's claim.
+ * over (or whose run was cancelled) changes nothing: it can neither overwrite
+ * nor release the new holder's claim.
+ *
+ * The statements are returned unexecuted (postgres.js queries are lazy), so a
+ * transaction can send one together with its COMMIT. `completeStatement`
+ * raises SKL01 (lease lost) rather than returning zero rows, because by the
+ * time its answer arrives the COMMIT is already on the wire.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
-import type { Lease, OutcomeToStore } from '../types.js';
-
+import type { ClaimRequest, Lease, OutcomeToStore } from '../types.js';
 
 /**
  * Stores the outcome. A root row (no parent) expires `retentionMs` after
  * completion; a child row lives as long as its root.
  */
-export async function completeRow(
+export function completeStatement(
   q: Queryable,
   clock: Clock,
   lease: Lease,
   outcome: OutcomeToStore,
   retentionMs: number,
   status: 'completed' | 'cancelled' = 'completed',
-): Promise<boolean> {
+) {
   const now = sqlNow(q, clock);
-  const rows = await q`
-    update stepkey.ledger
-       set status = ${status},
-           outcome = ${outcome.body},
-           outcome_ok = ${outcome.ok},
-           outcome_code = ${outcome.code ?? null}::int,
-           lease_token = null,
-           locked_until = null,
-           completed_at = ${now},
-           updated_at = ${now},
-           expires_at = case when parent_key is null
-                             then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end
-     where scope = ${lease.scope} and key = ${lease.key}
-       and lease_token = ${lease.token}::uuid and status = 'in_progress'
-    returning 1`;
-  return rows.length === 1;
+  return q`
+    with completed as (
+      update stepkey.ledger
+         set status = ${status},
+             outcome = ${outcome.body},
+             outcome_ok = ${outcome.ok},
+             outcome_code = ${outcome.code ?? null}::int,
+             lease_token = null,
+             locked_until = null,
+             completed_at = ${now},
+             updated_at = ${now},
+             expires_at = case when parent_key is null
+                               then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end
+       where scope = ${lease.scope} and key = ${lease.key}
+         and lease_token = ${lease.token}::uuid and status = 'in_progress'
+      returning 1
+    )
+    select stepkey.lease_held(count(*)) from completed`;
 }
 
 /**
@@ -47,15 +53,9 @@ export async function completeRow(
  * diagnosis, claimable again with the same fingerprint. It expires after
  * `retentionMs` like a completed one.
  */
-export async function failRow(
-  q: Queryable,
-  clock: Clock,
-  lease: Lease,
-  lastError: string,
-  retentionMs: number,
-): Promise<boolean> {
+export function failStatement(q: Queryable, clock: Clock, lease: Lease, lastError: string, retentionMs: number) {
   const now = sqlNow(q, clock);
-  const rows = await q`
+  return q`
     update stepkey.ledger
        set status = 'failed',
            last_error = ${lastError},
@@ -66,27 +66,51 @@ export async function failRow(
      where scope = ${lease.scope} and key = ${lease.key}
        and lease_token = ${lease.token}::uuid and status = 'in_progress'
     returning 1`;
-  return rows.length === 1;
 }
 
 /** Gives the key up after a retryable failure (the retry runs afresh). */
-export async function releaseRow(q: Queryable, lease: Lease): Promise<boolean> {
-  const rows = await q`
+export function releaseStatement(q: Queryable, lease: Lease) {
+  return q`
     delete from stepkey.ledger
      where scope = ${lease.scope} and key = ${lease.key}
        and lease_token = ${lease.token}::uuid and status = 'in_progress'
     returning 1`;
-  return rows.length === 1;
 }
 
 /** Extends the lease by `leaseMs` from now. */
-export async function heartbeatRow(q: Queryable, clock: Clock, lease: Lease, leaseMs: number): Promise<boolean> {
+export function heartbeatStatement(q: Queryable, clock: Clock, lease: Lease, leaseMs: number) {
   const now = sqlNow(q, clock);
-  const rows = await q`
+  return q`
     update stepkey.ledger
        set locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond'
      where scope = ${lease.scope} and key = ${lease.key}
        and lease_token = ${lease.token}::uuid and status = 'in_progress'
     returning 1`;
-  return rows.length === 1;
+}
+
+/**
+ * Writes a key that was never written before, already completed: the end of
+ * a `once` that held the key by its advisory lock. A plain INSERT: if the key
+ * appeared meanwhile (a holder that committed just as this claim began), the
+ * unique violation rolls the whole transaction back, business writes
+ * included, and `once` reads the key again.
+ */
+export function insertCompletedStatement(
+  q: Queryable,
+  clock: Clock,
+  request: ClaimRequest,
+  outcome: OutcomeToStore,
+  retentionMs: number,
+) {
+  const now = sqlNow(q, clock);
+  const parentKey = request.parentKey ?? null;
+  return q`
+    insert into stepkey.ledger
+      (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, outcome_code,
+       attempts, created_at, updated_at, completed_at, expires_at)
+    values
+      (${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null}, ${parentKey},
+       ${request.fingerprint}, 'completed', ${outcome.body}, ${outcome.ok}, ${outcome.code ?? null}::int,
+       1, ${now}, ${now}, ${now},
+       case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)`;
 }

@@ -1,0 +1,187 @@
+/**
+ * Transactions on a reserved connection, with their edges pipelined.
+ *
+ * postgres.js's `sql.begin` waits for BEGIN before the first statement and for
+ * the last statement before COMMIT. Here BEGIN travels with the first
+ * statement and COMMIT with the last one, so a transaction of one statement
+ * costs one round trip less on each side. The price is that the last
+ * statements must fail loudly rather than return zero rows (the commit is
+ * already on the wire): fenced writes raise an error when their lease is gone.
+ *
+ * The connection given to the body is a reserved postgres.js connection with
+ * `savepoint()` added, so drizzle's nested transactions work on it.
+ */
+import type postgres from 'postgres';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import type { Sql } from './connect.js';
+
+/** What the body of a transaction queries with. */
+export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepoint'>;
+
+type Pending = postgres.PendingQuery<postgres.Row[]>;
+
+function quiet<T extends Promise<unknown>>(query: T): T {
+  query.catch(() => {});
+  return query;
+}
+
+function connectionClosed(): Error {
+  return Object.assign(new Error('The connection of this transaction was closed.'), { code: 'CONNECTION_CLOSED' });
+}
+
+/**
+ * postgres.js 3.4 crashes the process (porsager/postgres#1208) when a query is
+ * sent on a reserved connection whose socket has closed, and corrupts its pool
+ * if such a connection is released. So the transaction learns of the close
+ * the way `sql.begin` does — through the `onexecute` hook of its BEGIN, which
+ * hands over the connection so that its `onclose` can be set — refuses
+ * further queries, and leaves the dead connection to the pool, which has
+ * already taken it back.
+ */
+export class Transaction {
+  readonly sql: TxSql;
+  #connection: postgres.ReservedSql;
+  #open = true;
+  #dead = false;
+  #savepoints = 0;
+
+  private constructor(connection: postgres.ReservedSql) {
+    this.#connection = connection;
+    this.sql = this.#guarded(connection);
+  }
+
+  /** Reserves a connection and sends BEGIN without waiting for it. */
+  static async begin(pool: Sql): Promise<Transaction> {
+    const connection = await pool.reserve();
+    const transaction = new Transaction(connection);
+    const onexecute = (internal: { onclose?: () => void }) => {
+      internal.onclose = () => {
+        transaction.#dead = true;
+      };
+      return true;
+    };
+    quiet(connection.unsafe('begin', [], { onexecute } as never).execute());
+    return transaction;
+  }
+
+  /** Sends statements now, without waiting: they run before whatever is sent next. */
+  pipeline(...statements: string[]): Promise<unknown> {
+    return quiet(Promise.all(statements.map((text) => this.sql.unsafe(text).execute())));
+  }
+
+  /**
+   * Sends `last` (built but not awaited) and COMMIT together, and waits for
+   * both. If any of `last` fails, Postgres turns the COMMIT into a ROLLBACK and
+   * the first failure is thrown.
+   */
+  async commit<T extends readonly Pending[]>(...last: T): Promise<{ [K in keyof T]: Awaited<T[K]> }> {
+    this.#ensureOpen();
+    this.#open = false;
+    try {
+      if (this.#dead) throw connectionClosed();
+      const sent = last.map((query) => quiet(query.execute()));
+      const commit = quiet(this.#connection.unsafe('commit').execute());
+      const settled = await Promise.allSettled([...sent, commit]);
+      const failed = settled.find((result) => result.status === 'rejected');
+      if (failed) throw (failed as PromiseRejectedResult).reason;
+      const committed = (settled[settled.length - 1] as PromiseFulfilledResult<postgres.RowList<postgres.Row[]>>).value;
+      if (committed.command !== 'COMMIT') {
+        throw new StepkeyError(
+          'database_error',
+          'The transaction was aborted by an earlier failed statement (caught without a savepoint) and rolled back.',
+        );
+      }
+      return settled.slice(0, -1).map((result) => (result as PromiseFulfilledResult<unknown>).value) as never;
+    } finally {
+      this.#release();
+    }
+  }
+
+  /** Rolls back and waits for it. */
+  async rollback(): Promise<void> {
+    if (!this.#open) return;
+    this.#open = false;
+    try {
+      if (!this.#dead) await this.#connection.unsafe('rollback');
+    } catch {
+      // The connection is gone: so is the transaction.
+    } finally {
+      this.#release();
+    }
+  }
+
+  /** Rolls back without waiting: the connection serves its next user after the ROLLBACK. */
+  abandon(): void {
+    if (!this.#open) return;
+    this.#open = false;
+    if (!this.#dead) quiet(this.#connection.unsafe('rollback').execute());
+    this.#release();
+  }
+
+  #release(): void {
+    if (!this.#dead) this.#connection.release();
+  }
+
+  #ensureOpen(): void {
+    if (!this.#open) throw new StepkeyError('database_error', 'The transaction has already ended.');
+  }
+
+  /** The reserved connection, refusing queries once it is closed or the transaction ended. */
+  #guarded(connection: postgres.ReservedSql): TxSql {
+    const check = () => {
+      if (this.#dead) throw connectionClosed();
+    };
+    const guard =
+      <A extends unknown[], R>(fn: (...args: A) => R) =>
+      (...args: A): R => {
+        check();
+        return fn(...args);
+      };
+    const sql = guard(connection as unknown as (...args: unknown[]) => unknown);
+    return Object.assign(sql, {
+      unsafe: guard(connection.unsafe),
+      file: guard(connection.file),
+      notify: guard(connection.notify),
+      json: connection.json,
+      array: connection.array,
+      typed: connection.typed,
+      types: connection.types,
+      release: () => {
+        throw new StepkeyError('database_error', 'A transaction’s connection is released by stepkey, not by its body.');
+      },
+      savepoint: this.#savepoint.bind(this),
+    }) as unknown as TxSql;
+  }
+
+  async #savepoint<T>(nameOrBody: string | ((sql: TxSql) => T | Promise<T>), maybeBody?: (sql: TxSql) => T | Promise<T>) {
+    const body = typeof nameOrBody === 'function' ? nameOrBody : maybeBody!;
+    this.#savepoints += 1;
+    const name = `stepkey_sp_${this.#savepoints}`;
+    await this.sql.unsafe(`savepoint ${name}`);
+    try {
+      const result = await body(this.sql);
+      await this.sql.unsafe(`release savepoint ${name}`);
+      return result;
+    } catch (error) {
+      await this.sql.unsafe(`rollback to savepoint ${name}`);
+      throw error;
+    }
+  }
+}
+
+/**
+ * Runs `body` in a transaction and commits; rolls back if it throws. For
+ * bodies that do not need to pipeline their last statement with COMMIT.
+ */
+export async function inTransaction<T>(pool: Sql, body: (sql: TxSql) => Promise<T>): Promise<T> {
+  const transaction = await Transaction.begin(pool);
+  let result: T;
+  try {
+    result = await body(transaction.sql);
+  } catch (error) {
+    await transaction.rollback();
+    throw error;
+  }
+  await transaction.commit();
+  return result;
+}

@@ -1,0 +1,20 @@
+/**
+ * `npm run bench [name …]`: runs the benchmarks and prints their tables.
+ * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs).
+ */
+import { ledgerBench } from './ledger.bench.js';
+
+const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
+  ledger: ledgerBench,
+};
+
+const wanted = process.argv.slice(2);
+const options = { ops: Number(process.env.BENCH_OPS ?? 2000), runs: Number(process.env.BENCH_RUNS ?? 3) };
+for (const name of wanted.length ? wanted : Object.keys(benches)) {
+  const bench = benches[name];
+  if (!bench) {
+    console.error(`unknown benchmark '${name}'; known: ${Object.keys(benches).join(', ')}`);
+    process.exit(2);
+  }
+  await bench(options);
+}

@@ -1,0 +1,89 @@
+import { describe, expect, it } from 'vitest';
+import type { Ledger } from '../../src/ledger/ledger.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testLedger, uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase();
+const HOUR = 60 * 60 * 1000;
+
+async function completed(ledger: Ledger, scope: string, key: string, parentKey?: string) {
+  const claim = await ledger.claim({ scope, key, fingerprint: 'fp', parentKey, kind: parentKey ? 'step' : 'request' });
+  if (claim.state !== 'owned') throw new Error(`expected to own ${key}`);
+  await ledger.completeWith(claim.lease, { key });
+  return claim.lease;
+}
+
+describe('expiry and purge', () => {
+  it('treats a completed key as new once its retention has passed', async () => {
+    const ledger = testLedger(db(), { retentionMs: 24 * HOUR });
+    const key = uniqueKey();
+    await completed(ledger, 'acme', key);
+    ledger.clock.advance(24 * HOUR - 1_000);
+    expect((await ledger.claim({ scope: 'acme', key, fingerprint: 'fp' })).state).toBe('replay');
+    ledger.clock.advance(2_000);
+    // Even a different payload is fine: an expired key is a new request.
+    expect(await ledger.claim({ scope: 'acme', key, fingerprint: 'other' })).toMatchObject({
+      state: 'owned',
+      attempts: 1,
+      resumed: false,
+    });
+  });
+
+  it('forgets the steps of an expired run together with it', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR });
+    const key = uniqueKey('run');
+    const run = await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' });
+    if (run.state !== 'owned') throw new Error('expected to own the run');
+    await completed(ledger, 'acme', `${key}-step`, key);
+    await ledger.completeWith(run.lease, { done: true });
+    ledger.clock.advance(HOUR + 1);
+    expect((await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' })).state).toBe('owned');
+    expect(await ledger.get({ scope: 'acme', key: `${key}-step` })).toBeUndefined();
+  });
+
+  it('never expires an in-progress row, nor the children of an unfinished root', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR, leaseMs: 10 * 60_000 });
+    const key = uniqueKey('long');
+    const run = await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' });
+    if (run.state !== 'owned') throw new Error('expected to own the run');
+    await completed(ledger, 'acme', `${key}-step`, key);
+    for (let i = 0; i < 6; i += 1) {
+      ledger.clock.advance(9 * 60_000);
+      expect(await ledger.heartbeat(run.lease)).toBe(true);
+      await ledger.purge();
+    }
+    ledger.clock.advance(48 * HOUR);
+    await ledger.purge();
+    expect(await ledger.get({ scope: 'acme', key })).toMatchObject({ status: 'in_progress' });
+    expect(await ledger.get({ scope: 'acme', key: `${key}-step` })).toMatchObject({ status: 'completed', expiresAt: null });
+  });
+
+  it('purges only expired rows, in bounded batches', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR });
+    const scope = uniqueKey('scope');
+    const old = await Promise.all(Array.from({ length: 5 }, (_, i) => completed(ledger, scope, `old-${i}`)));
+    await completed(ledger, scope, 'old-0-step', 'old-0');
+    ledger.clock.advance(HOUR / 2);
+    await completed(ledger, scope, 'young');
+    const inProgress = await ledger.claim({ scope, key: 'working', fingerprint: 'fp' });
+    expect(inProgress.state).toBe('owned');
+    ledger.clock.advance(HOUR / 2 + 1);
+
+    const purged = await ledger.purge({ batchSize: 2 });
+    expect(purged.roots).toBeGreaterThanOrEqual(old.length);
+    expect(purged.children).toBeGreaterThanOrEqual(1);
+    const left = await db().sql<{ key: string }[]>`select key from stepkey.ledger where scope = ${scope} order by key`;
+    expect(left.map((row) => row.key)).toEqual(['working', 'young']);
+  });
+
+  it('purges a failed run after its retention too', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR });
+    const key = uniqueKey('failed');
+    const run = await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' });
+    if (run.state !== 'owned') throw new Error('expected to own the run');
+    await ledger.fail(run.lease, new Error('gave up'));
+    ledger.clock.advance(HOUR + 1);
+    await ledger.purge();
+    expect(await ledger.get({ scope: 'acme', key })).toBeUndefined();
+  });
+});
