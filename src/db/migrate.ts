@@ -16,9 +16,19 @@ export const MIGRATION_LOCK_KEY = 0x737465706b6579n;
 
 export const migrationsFolder = fileURLToPath(new URL('../../drizzle', import.meta.url));
 
+export interface AppMigrations {
+  /** A drizzle-kit output folder. */
+  folder: string;
+  /** Schema of its journal table (default 'public'). */
+  schema?: string;
+  table?: string;
+}
+
 export interface MigrateOptions {
   /** Also install graphile-worker's schema (default true). */
   graphileWorker?: boolean;
+  /** The application's own drizzle migrations, applied after stepkey's under the same lock. */
+  app?: AppMigrations[];
 }
 
 export async function migrate(url: string, options: MigrateOptions = {}): Promise<void> {
@@ -34,6 +44,13 @@ export async function migrate(url: string, options: MigrateOptions = {}): Promis
       });
       if (options.graphileWorker ?? true) {
         await runMigrations({ connectionString: url, logger: quietLogger });
+      }
+      for (const app of options.app ?? []) {
+        await drizzleMigrate(drizzle({ client: sql }), {
+          migrationsFolder: app.folder,
+          migrationsSchema: app.schema ?? 'public',
+          migrationsTable: app.table ?? '__migrations',
+        });
       }
     } finally {
       await lock`select pg_advisory_unlock(${MIGRATION_LOCK_KEY.toString()}::bigint)`.catch(() => {});

@@ -28,6 +28,7 @@ const codeTable = {
   version_not_found: { status: 500, retryable: false },
   run_not_found: { status: 404, retryable: false },
   duplicate_step: { status: 500, retryable: false },
+  invalid_output: { status: 500, retryable: false },
   step_timeout: { status: 504, retryable: true },
   run_failed: { status: 500, retryable: false },
   run_cancelled: { status: 409, retryable: false },

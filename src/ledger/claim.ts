@@ -9,7 +9,7 @@ import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
-import { claimRow } from './sql/claim.js';
+import { claimRow, type AlsoInsert } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimRequest, ClaimResult } from './types.js';
 
@@ -30,29 +30,36 @@ export function assertValidClaim(request: ClaimRequest): void {
 /** In `lock` mode a claim may also find the key vacant: no row, and the caller holds its advisory lock. */
 export type LockingClaimResult = ClaimResult | { state: 'vacant' };
 
+export interface ClaimOptions {
+  leaseMs: number;
+  /** `insert` (default) writes the claim; `lock` holds the key by advisory lock only (see sql/claim.ts). */
+  mode?: 'insert' | 'lock';
+  /** An insert made in the same statement when the claim inserts its row. */
+  alsoInsert?: AlsoInsert;
+}
+
 export async function claimKey(
   q: Queryable,
   clock: Clock,
   request: ClaimRequest,
-  leaseMs: number,
+  options: ClaimOptions & { mode?: 'insert' },
 ): Promise<ClaimResult>;
 export async function claimKey(
   q: Queryable,
   clock: Clock,
   request: ClaimRequest,
-  leaseMs: number,
-  mode: 'lock',
+  options: ClaimOptions & { mode: 'lock' },
 ): Promise<LockingClaimResult>;
 export async function claimKey(
   q: Queryable,
   clock: Clock,
   request: ClaimRequest,
-  leaseMs: number,
-  mode: 'insert' | 'lock' = 'insert',
+  options: ClaimOptions,
 ): Promise<LockingClaimResult> {
+  const { leaseMs, mode = 'insert', alsoInsert } = options;
   for (let round = 0; round < MAX_ROUNDS; round += 1) {
     const token = randomUUID();
-    const row = await claimRow(q, clock, request, token, leaseMs, mode);
+    const row = await claimRow(q, clock, request, token, leaseMs, mode, alsoInsert);
     if (!row) continue; // committed after our snapshot: read again
     const lease = { scope: request.scope, key: request.key, token };
     switch (row.state) {

@@ -62,7 +62,7 @@ export class Ledger {
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     assertValidClaim(request);
     return this.#db(`claiming key '${request.key}'`, () =>
-      claimKey(this.sql, this.clock, request, request.leaseMs ?? this.leaseMs),
+      claimKey(this.sql, this.clock, request, { leaseMs: request.leaseMs ?? this.leaseMs }),
     );
   }
 

@@ -119,7 +119,7 @@ async function attemptOnce<T>(
   const tx = transaction.sql;
   let claim;
   try {
-    claim = await claimKey(tx, deps.clock, request, request.leaseMs ?? deps.leaseMs, 'lock');
+    claim = await claimKey(tx, deps.clock, request, { leaseMs: request.leaseMs ?? deps.leaseMs, mode: 'lock' });
   } catch (error) {
     transaction.abandon();
     throw translateDatabaseError(error, `claiming key '${request.key}'`);

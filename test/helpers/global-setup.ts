@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import postgres from 'postgres';
 import type { TestProject } from 'vitest/node';
 import { migrate } from '../../src/db/migrate.js';
+import { exampleMigrations } from '../../workflows/db/migrate.js';
 import { startEmbeddedPostgres, testClusterFlags, type EmbeddedPostgres } from '../../src/embedded/start-embedded.js';
 import { withDatabase } from './urls.js';
 
@@ -46,7 +47,7 @@ export async function setup(project: TestProject): Promise<void> {
   } finally {
     await admin.end();
   }
-  await migrate(withDatabase(adminUrl, templateDatabase));
+  await migrate(withDatabase(adminUrl, templateDatabase), { app: [exampleMigrations] });
   project.provide('adminUrl', adminUrl);
   project.provide('templateDatabase', templateDatabase);
   project.provide('runId', runId);

@@ -35,6 +35,13 @@ import type { ClaimRequest, LedgerKind } from '../types.js';
 
 export type ClaimState = 'owned' | 'locked' | 'vacant' | 'expired' | 'mismatch' | 'replay' | 'resumable' | 'in_progress' | 'lease_expired';
 
+/**
+ * Another insert that must happen exactly when the claim inserts its row, in
+ * the same statement: a CTE fragment starting with a comma that selects from
+ * `inserted` (a run's metadata, for instance).
+ */
+export type AlsoInsert = (q: Queryable) => ReturnType<Queryable>;
+
 export interface ClaimRow {
   state: ClaimState;
   attempts: number;
@@ -54,9 +61,11 @@ export async function claimRow(
   token: string,
   leaseMs: number,
   mode: 'insert' | 'lock',
+  alsoInsert?: AlsoInsert,
 ): Promise<ClaimRow | undefined> {
   const now = sqlNow(q, clock);
   const insert = mode === 'insert';
+  const extra = alsoInsert ? alsoInsert(q) : q``;
   const rows = await q<ClaimRow[]>`
     with lock as (
       select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held
@@ -71,7 +80,7 @@ export async function claimRow(
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
       returning attempts
-    )
+    )${extra}
     select 'owned' as state, attempts, null::text as status, null::text as outcome,
            null::boolean as outcome_ok, null::int as outcome_code, null::int as retry_after_ms,
            null::text as kind, null::text as name

@@ -1,0 +1,70 @@
+/**
+ * How the engine tells errors apart.
+ *
+ *   stored   retryable === false (NonRetryableError, or any error marked so):
+ *            recorded as the step's outcome and the run's, replayed to every
+ *            later caller.
+ *   bug      a definition or serialisation mistake (an output that fails its
+ *            schema, a value that is not JSON, a step used twice): the run
+ *            fails at once but stays resumable, so a fixed deploy can go on.
+ *   retry    anything else: retried by the step's policy; when the attempts
+ *            run out, the run fails, resumable by the next call with its key.
+ */
+import { NonRetryableError, isNonRetryable, type StoredError } from '../ledger/outcome.js';
+import { StepkeyError, type StepkeyErrorCode } from '../errors/stepkey-error.js';
+
+const bugCodes = new Set<StepkeyErrorCode>([
+  'definition_error',
+  'not_serializable',
+  'invalid_output',
+  'duplicate_step',
+  'invalid_step_name',
+  'invalid_key',
+  'version_not_found',
+]);
+
+export type ErrorClass = 'stored' | 'bug' | 'retry';
+
+export function classifyError(error: unknown): ErrorClass {
+  if (error instanceof StepkeyError && bugCodes.has(error.code)) return 'bug';
+  if (isNonRetryable(error)) return 'stored';
+  return 'retry';
+}
+
+/** Why this process stopped executing a run. */
+export type StopReason = 'lease_lost' | 'shutting_down' | 'conflict';
+
+/**
+ * Thrown into workflow code at the next step boundary once the run must stop
+ * in this process. Workflow code should let it pass.
+ */
+export class RunStopped extends Error {
+  override name = 'RunStopped';
+  constructor(readonly reason: StopReason) {
+    super(`stepkey stopped this run in this process (${reason})`);
+  }
+}
+
+/** The error a stored outcome stands for, the same on first execution and on replay. */
+export function storedErrorToError(stored: StoredError): NonRetryableError {
+  const error = new NonRetryableError(stored.message, {
+    ...(stored.code === undefined ? {} : { code: String(stored.code) }),
+    ...(stored.data === undefined ? {} : { data: stored.data }),
+  });
+  error.name = stored.name;
+  return error;
+}
+
+/** A step's retryable failures used up its attempts: the run fails, resumable. */
+export class StepAttemptsExhausted extends Error {
+  override name = 'StepAttemptsExhausted';
+  constructor(
+    readonly step: string,
+    readonly attempts: number,
+    override readonly cause: unknown,
+  ) {
+    super(
+      `Step '${step}' failed ${attempts} time${attempts === 1 ? '' : 's'}: ${cause instanceof Error ? cause.message : String(cause)}`,
+    );
+  }
+}

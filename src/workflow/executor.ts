@@ -1,0 +1,139 @@
+/**
+ * Executing a run: its workflow function with a handle per step, then the
+ * run's outcome — all from a lease this process holds.
+ *
+ *   completed   the output, stored in the run's row (one commit, fenced)
+ *   errored     a deterministic error escaped the workflow: stored, final
+ *   failed      anything else (retries used up, a bug): resumable, not stored
+ *   stopped     this process must let go: lease lost, shutting down, or a
+ *               conflict with another holder's commit
+ */
+import { Transaction } from '../db/transaction.js';
+import { isLeaseLost, translateDatabaseError } from '../errors/pg-errors.js';
+import { faultPoint } from '../faults/fault-points.js';
+import { assertValidKey } from '../keys/validate.js';
+import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
+import { completeStatement, failStatement } from '../ledger/sql/finish.js';
+import type { Workflow } from './define.js';
+import { RunStopped, StepAttemptsExhausted, classifyError, type StopReason } from './errors.js';
+import type { RunContext } from './handles.js';
+import type { RunState } from './run-state.js';
+import { insertStepRowsStatement } from './sql/step-rows.js';
+import { runCallStep, runTxStep, flushPending } from './steps.js';
+import { encodeChecked } from './values.js';
+
+export type Settled =
+  | { state: 'completed'; body: string }
+  | { state: 'errored'; error: StoredError }
+  | { state: 'failed'; error: StoredError }
+  | { state: 'cancelled'; reason: StoredError }
+  | { state: 'stopped'; reason: StopReason };
+
+/** Extra step kinds (the outbox's `enqueue`) plug in here. */
+export type StepHandleExtension = (state: RunState, declaration: Workflow['steps'][string]) => Record<string, unknown>;
+
+export async function executeRun(
+  state: RunState,
+  workflow: Workflow,
+  input: unknown,
+  extensions: readonly StepHandleExtension[] = [],
+): Promise<Settled> {
+  const what = `workflow '${workflow.name}' v${workflow.version}`;
+  let outcome: { ok: boolean; body: string };
+  try {
+    const value = await workflow.run({ input, steps: handles(state, workflow, extensions), ctx: context(state, workflow) });
+    state.throwIfStopped();
+    outcome = { ok: true, body: encodeChecked(value, workflow.output, `The result of ${what}`) };
+  } catch (error) {
+    if (error instanceof RunStopped || state.stopReason) return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
+    if (classifyError(error) !== 'stored') return fail(state, error);
+    outcome = { ok: false, body: toJsonText(serializeError(error), 'error') };
+  }
+
+  faultPoint('engine.before-complete', workflow.name);
+  try {
+    const complete = (q: Transaction['sql'] | RunState['deps']['sql']) =>
+      completeStatement(q, state.deps.clock, state.lease, outcome, state.deps.retentionMs);
+    if (state.pending.length === 0) {
+      await complete(state.deps.sql);
+    } else {
+      const transaction = await Transaction.begin(state.deps.sql);
+      await transaction.commit(
+        insertStepRowsStatement(transaction.sql, state.deps.clock, state.lease, state.takePending()),
+        complete(transaction.sql),
+      );
+    }
+  } catch (error) {
+    if (isLeaseLost(error)) {
+      state.stop('lease_lost');
+      return { state: 'stopped', reason: 'lease_lost' };
+    }
+    throw translateDatabaseError(error, `completing ${what}`);
+  }
+  return outcome.ok ? { state: 'completed', body: outcome.body } : { state: 'errored', error: JSON.parse(outcome.body) };
+}
+
+/** Marks the run failed but resumable, keeping the error (and the step) for diagnosis. */
+async function fail(state: RunState, error: unknown): Promise<Settled> {
+  const stored: StoredError =
+    error instanceof StepAttemptsExhausted
+      ? { ...serializeError(error.cause), data: { step: error.step, attempts: error.attempts } }
+      : serializeError(error);
+  if (error instanceof StepAttemptsExhausted) stored.message = error.message;
+  try {
+    await flushPending(state).catch(() => {});
+    const rows = await failStatement(
+      state.deps.sql,
+      state.deps.clock,
+      state.lease,
+      toJsonText(stored, 'error'),
+      state.deps.retentionMs,
+    );
+    if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };
+  } catch (failure) {
+    throw translateDatabaseError(failure, 'recording a failed run');
+  }
+  return { state: 'failed', error: stored };
+}
+
+function handles(state: RunState, workflow: Workflow, extensions: readonly StepHandleExtension[]) {
+  const result: Record<string, unknown> = {};
+  for (const [property, declaration] of Object.entries(workflow.steps)) {
+    const base = {
+      tx: (fn: Parameters<typeof runTxStep>[1], use?: { id?: string }) => runTxStep({ state, declaration, use }, fn),
+      call: (fn: Parameters<typeof runCallStep>[1], use?: { id?: string }) => runCallStep({ state, declaration, use }, fn),
+    };
+    result[property] = Object.freeze(Object.assign(base, ...extensions.map((extend) => extend(state, declaration))));
+  }
+  return Object.freeze(result) as never;
+}
+
+function context(state: RunState, workflow: Workflow): RunContext {
+  const record = (kind: '$now' | '$uuid', label: string, make: () => string): string => {
+    assertValidKey(label, `label of ctx.${kind.slice(1)}()`);
+    const instance = `${kind}[${label}]`;
+    const key = state.use(
+      instance,
+      `ctx.${kind.slice(1)}('${label}') was used twice in one run; give each use its own label, ` +
+        `e.g. ctx.${kind.slice(1)}('shipped-at').`,
+    );
+    const done = state.finished.get(instance);
+    if (done) return JSON.parse(done.body) as string;
+    state.throwIfStopped();
+    const value = make();
+    const row = { key, name: instance, ok: true, body: JSON.stringify(value), attempts: 1 };
+    state.pending.push(row);
+    state.finished.set(instance, row);
+    return value;
+  };
+  return Object.freeze({
+    scope: state.lease.scope,
+    key: state.lease.key,
+    rootKey: state.rootKey,
+    workflow: workflow.name,
+    version: workflow.version,
+    signal: state.signal,
+    now: (label = 'now') => new Date(record('$now', label, () => new Date().toISOString())),
+    uuid: (label = 'uuid') => record('$uuid', label, () => crypto.randomUUID()),
+  });
+}

@@ -1,0 +1,74 @@
+/**
+ * The state of one execution of one run in this process: its lease, the
+ * steps it found finished, the step records waiting for the next commit, and
+ * the switch that stops it at the next step boundary.
+ */
+import type { Sql } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { childKey } from '../keys/derive.js';
+import type { Lease } from '../ledger/types.js';
+import { RunStopped, type StopReason } from './errors.js';
+import type { FinishedStep } from './sql/load-run.js';
+import type { StepRow } from './sql/step-rows.js';
+
+export interface RunDeps {
+  sql: Sql;
+  clock: Clock;
+  retentionMs: number;
+}
+
+export class RunState {
+  readonly deps: RunDeps;
+  readonly lease: Lease;
+  readonly rootKey: string;
+  /** Finished steps by instance name: loaded on resume, added as steps commit. */
+  readonly finished: Map<string, FinishedStep>;
+  /** Records (ctx.now, ctx.uuid) that go out with the next commit. */
+  pending: StepRow[] = [];
+  readonly #used = new Set<string>();
+  readonly #controller = new AbortController();
+  #stopReason: StopReason | undefined;
+
+  constructor(deps: RunDeps, lease: Lease, rootKey: string, finished: Map<string, FinishedStep>) {
+    this.deps = deps;
+    this.lease = lease;
+    this.rootKey = rootKey;
+    this.finished = finished;
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  get stopReason(): StopReason | undefined {
+    return this.#stopReason;
+  }
+
+  /** Stops the run at its next step boundary (and aborts calls in flight). */
+  stop(reason: StopReason): void {
+    if (this.#stopReason) return;
+    this.#stopReason = reason;
+    this.#controller.abort(new RunStopped(reason));
+  }
+
+  throwIfStopped(): void {
+    if (this.#stopReason) throw new RunStopped(this.#stopReason);
+  }
+
+  /** Marks an instance name used in this execution; a second use is an error with `duplicateMessage`. */
+  use(instanceName: string, duplicateMessage: string): string {
+    if (this.#used.has(instanceName)) {
+      throw new StepkeyError('duplicate_step', duplicateMessage, { details: { step: instanceName } });
+    }
+    this.#used.add(instanceName);
+    return childKey(this.rootKey, instanceName);
+  }
+
+  /** Takes the pending records for a commit; they are put back if the commit fails. */
+  takePending(): StepRow[] {
+    const rows = this.pending;
+    this.pending = [];
+    return rows;
+  }
+}

@@ -1,0 +1,214 @@
+/**
+ * Executing steps.
+ *
+ *   tx     BEGIN; SAVEPOINT; fn(tx); INSERT step row (fenced by the run's lease); COMMIT
+ *          — the savepoint is sent with fn's first statement, the step row with
+ *          COMMIT: a one-statement step costs two round trips.
+ *   call   fn(key, signal) outside any transaction; then one fenced INSERT.
+ *
+ * A finished step replays from the ledger without running. A deterministic
+ * error is recorded as the step's outcome (with fn's writes rolled back to the
+ * savepoint) and thrown again on every replay. Retryable errors are retried by
+ * the step's policy.
+ */
+import { drizzleOn } from '../db/connect.js';
+import { Transaction } from '../db/transaction.js';
+import { isLeaseLost, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { faultPoint } from '../faults/fault-points.js';
+import { serializeError, toJsonText } from '../ledger/outcome.js';
+import type { StepDeclaration } from './define.js';
+import { RunStopped, StepAttemptsExhausted, classifyError, storedErrorToError } from './errors.js';
+import type { CallContext, StepUse, TxContext } from './handles.js';
+import { backoffDelay } from './retry.js';
+import type { RunState } from './run-state.js';
+import { loadStep, type FinishedStep } from './sql/load-run.js';
+import { insertStepRowsStatement, type StepRow } from './sql/step-rows.js';
+import { decodeValue, encodeChecked } from './values.js';
+import { stepInstanceName } from '../keys/derive.js';
+
+/** An attempt's result: a value to record, or an error to record, or an error to retry. */
+type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
+
+export interface StepTarget {
+  state: RunState;
+  declaration: StepDeclaration;
+  use: StepUse | undefined;
+}
+
+function replay(target: StepTarget, instance: string, finished: FinishedStep): unknown {
+  if (!finished.ok) throw storedErrorToError(JSON.parse(finished.body));
+  return decodeValue(finished.body, target.declaration.output, `The output of step '${instance}'`);
+}
+
+/** What every kind of step does around its attempts: replay, retries, recording. */
+async function runStep(
+  target: StepTarget,
+  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt | 'recorded'>,
+  record: (row: StepRow) => Promise<'recorded' | FinishedStep>,
+): Promise<unknown> {
+  const { state, declaration } = target;
+  const instance = stepInstanceName(declaration.name, target.use?.id);
+  const key = state.use(
+    instance,
+    `Step '${instance}' ran twice in one run. A step used more than once needs a stable discriminator: ` +
+      `steps.x.tx(fn, { id: item.sku }) — never a counter or a position.`,
+  );
+  const done = state.finished.get(instance);
+  if (done) return replay(target, instance, done);
+  state.throwIfStopped();
+  faultPoint('engine.before-step', declaration.name);
+
+  for (let attempt = 1; ; attempt += 1) {
+    const result = await attemptOnce(key, attempt, instance);
+    if (result === 'recorded') break;
+    let row: StepRow;
+    if (result.ok) {
+      row = { key, name: instance, ok: true, body: result.body, attempts: attempt };
+    } else {
+      const kind = classifyError(result.error);
+      if (result.error instanceof RunStopped || kind === 'bug') throw result.error;
+      if (kind === 'retry') {
+        if (attempt >= declaration.retry.attempts) throw new StepAttemptsExhausted(instance, attempt, result.error);
+        await sleep(backoffDelay(declaration.retry, attempt), state.signal);
+        state.throwIfStopped();
+        continue;
+      }
+      row = { key, name: instance, ok: false, body: toJsonText(serializeError(result.error), 'error'), attempts: attempt };
+    }
+    const recorded = await record(row);
+    if (recorded !== 'recorded') return replay(target, instance, recorded);
+    break;
+  }
+  faultPoint('engine.after-step-commit', declaration.name);
+  return replay(target, instance, state.finished.get(instance)!);
+}
+
+/** Turns a failed step commit into the run's fate: stop, or replay what another holder committed. */
+async function commitFailed(state: RunState, key: string, error: unknown): Promise<FinishedStep> {
+  if (isLeaseLost(error)) {
+    state.stop('lease_lost');
+    throw new RunStopped('lease_lost');
+  }
+  if (isUniqueViolation(error)) {
+    // Another holder committed this step first (it held the lease when it did).
+    const theirs = await loadStep(state.deps.sql, state.lease.scope, key).catch(() => undefined);
+    if (theirs) return theirs;
+    state.stop('conflict');
+    throw new RunStopped('conflict');
+  }
+  throw translateDatabaseError(error, `recording step ${key}`);
+}
+
+export function runTxStep(
+  target: StepTarget,
+  fn: (db: ReturnType<typeof drizzleOn>, context: TxContext) => Promise<unknown>,
+): Promise<unknown> {
+  const { state, declaration } = target;
+  let transaction: Transaction | undefined;
+  let rows: StepRow[] = [];
+  return runStep(
+    target,
+    async (key, attempt, instance) => {
+      transaction = await Transaction.begin(state.deps.sql).catch((error: unknown) => {
+        throw translateDatabaseError(error, `starting step '${instance}'`);
+      });
+      const tx = transaction.sql;
+      const savepoint = transaction.pipeline('savepoint stepkey_step');
+      try {
+        const value = await fn(drizzleOn(tx), { sql: tx, key, attempt });
+        await savepoint;
+        return { ok: true, body: encodeChecked(value, declaration.output, `The output of step '${instance}'`) };
+      } catch (error) {
+        const kind = classifyError(error);
+        if (kind === 'stored' && !(error instanceof RunStopped)) {
+          await tx.unsafe('rollback to savepoint stepkey_step');
+          return { ok: false, error };
+        }
+        await transaction.rollback();
+        transaction = undefined;
+        return { ok: false, error };
+      }
+    },
+    async (row) => {
+      const open = transaction!;
+      transaction = undefined;
+      rows = [...state.takePending(), row];
+      try {
+        await open.commit(insertStepRowsStatement(open.sql, state.deps.clock, state.lease, rows));
+      } catch (error) {
+        return commitFailed(state, row.key, error);
+      }
+      for (const written of rows) state.finished.set(written.name, written);
+      return 'recorded';
+    },
+  );
+}
+
+export function runCallStep(target: StepTarget, fn: (context: CallContext) => Promise<unknown>): Promise<unknown> {
+  const { state, declaration } = target;
+  return runStep(
+    target,
+    async (key, attempt, instance) => {
+      if (attempt === 1) await flushPending(state);
+      const controller = new AbortController();
+      const onStop = () => controller.abort(state.signal.reason);
+      state.signal.addEventListener('abort', onStop, { once: true });
+      const timeout = new StepkeyError(
+        'step_timeout',
+        `Step '${instance}' timed out after ${declaration.timeoutMs} ms (attempt ${attempt}).`,
+      );
+      const timer = setTimeout(() => controller.abort(timeout), declaration.timeoutMs);
+      try {
+        const aborted = new Promise<never>((_, reject) => {
+          controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
+        });
+        aborted.catch(() => {});
+        const value = await Promise.race([fn({ key, signal: controller.signal, attempt }), aborted]);
+        faultPoint('engine.in-call', declaration.name);
+        return { ok: true, body: encodeChecked(value, declaration.output, `The output of step '${instance}'`) };
+      } catch (error) {
+        return { ok: false, error };
+      } finally {
+        clearTimeout(timer);
+        state.signal.removeEventListener('abort', onStop);
+      }
+    },
+    async (row) => {
+      const rows = [...state.takePending(), row];
+      try {
+        await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
+      } catch (error) {
+        return commitFailed(state, row.key, error);
+      }
+      for (const written of rows) state.finished.set(written.name, written);
+      return 'recorded';
+    },
+  );
+}
+
+/** Makes recorded values (ctx.now, ctx.uuid) durable before anything leaves the process. */
+export async function flushPending(state: RunState): Promise<void> {
+  if (state.pending.length === 0) return;
+  const rows = state.takePending();
+  try {
+    await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
+  } catch (error) {
+    await commitFailed(state, rows[0]!.key, error);
+    state.stop('conflict');
+    throw new RunStopped('conflict');
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+  });
+}

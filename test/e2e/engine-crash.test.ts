@@ -1,0 +1,119 @@
+/**
+ * A run killed with SIGKILL at every step boundary resumes — by a retry with
+ * the same key, and by another process's sweeper — with every effect applied
+ * exactly once and the result of an uninterrupted run.
+ */
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { childKey, rootKey } from '../../src/keys/derive.js';
+import { spawnScript, type ChildHandle } from '../../src/testing/child-process.js';
+import { chargeId, startPaymentService, type PaymentService } from '../../workflows/payments/service.js';
+import { MERCHANT } from '../helpers/scripts/crash-workflow.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase();
+const script = fileURLToPath(new URL('../helpers/scripts/crash-workflow.ts', import.meta.url));
+const env = { STEPKEY_LEASE_MS: '1000', STEPKEY_SWEEP_INTERVAL_MS: '200' };
+let payments: PaymentService;
+const children: ChildHandle[] = [];
+
+beforeAll(async () => {
+  await db().sql`create table crash_reservations (run_key text not null, sku text not null, quantity int not null)`;
+  await db().sql`create table crash_shipments (run_key text not null, payment_id text not null)`;
+  payments = await startPaymentService({ database: db() });
+});
+
+afterAll(async () => {
+  for (const child of children) child.kill();
+  await payments?.close();
+});
+
+function spawn(args: string[], faults?: string): ChildHandle {
+  const child = spawnScript(script, { args: [args[0]!, db().url, payments.url, ...args.slice(1)], env, faults });
+  children.push(child);
+  return child;
+}
+
+function expected(scope: string, key: string) {
+  const paymentId = chargeId(MERCHANT, childKey(rootKey(scope, key), 'charge.v1'));
+  return { reservation: 'sku-1x2', paymentId, shipment: `ship-${paymentId}` };
+}
+
+async function effects(scope: string, key: string) {
+  const runKey = rootKey(scope, key);
+  const [reservations] = await db().sql`select count(*)::int as n from crash_reservations where run_key = ${runKey}`;
+  const [charges] = await db().sql`select count(*)::int as n from payments.charges where reference = ${runKey}`;
+  const [shipments] = await db().sql`select count(*)::int as n from crash_shipments where run_key = ${runKey}`;
+  return { reservations: reservations!.n, charges: charges!.n, shipments: shipments!.n };
+}
+
+async function storedResult(scope: string, key: string): Promise<unknown> {
+  const [row] = await db().sql`select status, outcome from stepkey.ledger where scope = ${scope} and key = ${key}`;
+  return row?.status === 'completed' ? JSON.parse(row.outcome as string) : undefined;
+}
+
+const faultPoints = [
+  'engine.before-step:reserve.v1',
+  'engine.after-step-commit:reserve.v1',
+  'engine.before-step:charge.v1',
+  'engine.in-call:charge.v1',
+  'engine.after-step-commit:charge.v1',
+  'engine.before-step:ship.v1',
+  'engine.after-step-commit:ship.v1',
+  'engine.before-complete:crash-order',
+];
+
+describe('a run killed at every step boundary', () => {
+  it('resumes by retry and by sweeper, every effect exactly once, result as if uninterrupted', async () => {
+    const control = { scope: 'tenant-a', key: uniqueKey('control') };
+    const uninterrupted = spawn(['run', control.scope, control.key]);
+    const [, controlJson] = (await uninterrupted.waitFor(/RESULT (.+)/)) as unknown as [string, string];
+    expect(JSON.parse(controlJson)).toEqual(expected(control.scope, control.key));
+
+    const cases = faultPoints.flatMap((fault) =>
+      (['retry', 'sweeper'] as const).map((resumeBy) => ({ fault, resumeBy, scope: 'tenant-a', key: uniqueKey('crash') })),
+    );
+    const crashed = cases.map((c) => spawn(['run', c.scope, c.key], c.fault));
+    const exits = await Promise.all(crashed.map((child) => child.exited));
+    exits.forEach((exit, i) => expect(exit.signal, `${cases[i]!.fault} should have killed the run`).toBe('SIGKILL'));
+
+    const sweeper = spawn(['sweep']);
+    await sweeper.waitFor(/SWEEPER READY/);
+    const retries = cases
+      .filter((c) => c.resumeBy === 'retry')
+      .map(async (c) => {
+        const child = spawn(['run', c.scope, c.key]);
+        const [, json] = (await child.waitFor(/RESULT (.+)/, 45_000)) as unknown as [string, string];
+        return { c, result: JSON.parse(json) as unknown };
+      });
+
+    for (const { c, result } of await Promise.all(retries)) {
+      expect(result, `${c.fault} resumed by retry`).toEqual(expected(c.scope, c.key));
+    }
+    for (const c of cases) {
+      await expect
+        .poll(() => storedResult(c.scope, c.key), { timeout: 30_000, interval: 200, message: `${c.fault} by ${c.resumeBy}` })
+        .toEqual(expected(c.scope, c.key));
+      expect(await effects(c.scope, c.key), `${c.fault} resumed by ${c.resumeBy}`).toEqual({
+        reservations: 1,
+        charges: 1,
+        shipments: 1,
+      });
+      // Killed inside the call: the payment service was asked twice and charged once.
+      const chargeKey = childKey(rootKey(c.scope, c.key), 'charge.v1');
+      if (c.fault === 'engine.in-call:charge.v1') expect(payments.requestsFor(chargeKey)).toBe(2);
+    }
+    sweeper.kill();
+  }, 120_000);
+
+  it('lets one of two processes resuming the same run proceed; the other replays', async () => {
+    const ref = { scope: 'tenant-a', key: uniqueKey('twice') };
+    const crashed = spawn(['run', ref.scope, ref.key], 'engine.after-step-commit:reserve.v1');
+    expect((await crashed.exited).signal).toBe('SIGKILL');
+    const both = [spawn(['run', ref.scope, ref.key]), spawn(['run', ref.scope, ref.key])];
+    const results = await Promise.all(both.map(async (child) => JSON.parse((await child.waitFor(/RESULT (.+)/, 45_000))[1]!)));
+    expect(results).toEqual([expected(ref.scope, ref.key), expected(ref.scope, ref.key)]);
+    expect(await effects(ref.scope, ref.key)).toEqual({ reservations: 1, charges: 1, shipments: 1 });
+  }, 60_000);
+});

@@ -1,0 +1,13 @@
+/** Migrates a database for the example app: stepkey's tables, graphile-worker's, then the shop's. */
+import { fileURLToPath } from 'node:url';
+import { migrate } from '../../src/db/migrate.js';
+
+export const exampleMigrations = {
+  folder: fileURLToPath(new URL('./migrations', import.meta.url)),
+  schema: 'shop',
+  table: '__migrations',
+};
+
+export function migrateExample(url: string): Promise<void> {
+  return migrate(url, { app: [exampleMigrations] });
+}

@@ -1,0 +1,174 @@
+/**
+ * A stand-in payment service: what a real payment provider looks like from
+ * the shop's side. Plain node:http, its own ledger scope per merchant, and the
+ * Idempotency-Key semantics a shop must be able to rely on:
+ *
+ *   POST /v1/charges   Authorization: Bearer <merchant>, Idempotency-Key: <key>
+ *                      { amountCents, currency, reference } → 201 charge
+ *     the same key again          → the same 201, byte for byte, Idempotent-Replayed: true
+ *     while the first still runs  → 409 + Retry-After
+ *     same key, other body        → 422
+ *   GET /v1/charges?reference=R   the merchant's charges for a reference
+ *
+ * It can be told to fail a fraction of charges with 503 (before doing any
+ * work) or to answer slowly: PAYMENTS_FAIL_RATE, PAYMENTS_DELAY_MS.
+ */
+import { createHash } from 'node:crypto';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { z } from 'zod';
+import type { Database } from '../../src/db/connect.js';
+import { StepkeyError } from '../../src/errors/stepkey-error.js';
+import { fingerprint } from '../../src/keys/fingerprint.js';
+import { assertValidKey } from '../../src/keys/validate.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+
+export interface PaymentServiceOptions {
+  database: Database;
+  port?: number;
+  host?: string;
+  /** Fraction (0–1) of charges refused with 503 before any work. */
+  failRate?: number;
+  /** Extra time a charge takes, holding its key. */
+  delayMs?: number;
+}
+
+export interface PaymentService {
+  readonly url: string;
+  /** How many charge requests arrived with this idempotency key (replays included). */
+  requestsFor(idempotencyKey: string): number;
+  failRate: number;
+  delayMs: number;
+  close(): Promise<void>;
+}
+
+const chargeInput = z.object({
+  amountCents: z.number().int().positive(),
+  currency: z.string().regex(/^[A-Z]{3}$/),
+  reference: z.string().min(1).max(200),
+});
+
+/** Charge ids derive from the merchant and the idempotency key: one key, one charge id. */
+export function chargeId(merchant: string, idempotencyKey: string): string {
+  return `pay_${createHash('sha256').update(`${merchant}:${idempotencyKey}`).digest('hex').slice(0, 24)}`;
+}
+
+export async function startPaymentService(options: PaymentServiceOptions): Promise<PaymentService> {
+  const ledger = new Ledger({ sql: options.database.sql });
+  const sql = options.database.sql;
+  const state = {
+    failRate: options.failRate ?? Number(process.env.PAYMENTS_FAIL_RATE ?? 0),
+    delayMs: options.delayMs ?? Number(process.env.PAYMENTS_DELAY_MS ?? 0),
+  };
+
+  const requests = new Map<string, number>();
+  const server = createServer((req, res) => {
+    handle(req, res).catch((error: unknown) => {
+      const status = error instanceof StepkeyError ? error.httpStatus : 500;
+      send(res, status >= 500 ? 503 : status, { error: error instanceof Error ? error.message : String(error) });
+    });
+  });
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (url.pathname === '/health') return send(res, 200, { ok: true });
+    const merchant = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
+    if (!merchant) return send(res, 401, { error: 'Authorization: Bearer <merchant> is required' });
+
+    if (req.method === 'GET' && url.pathname === '/v1/charges') {
+      const reference = url.searchParams.get('reference') ?? '';
+      const rows = await sql`
+        select id, amount_cents as "amountCents", currency, reference, idempotency_key as "idempotencyKey"
+          from payments.charges where merchant = ${merchant} and reference = ${reference} order by created_at`;
+      return send(res, 200, { charges: rows });
+    }
+    if (req.method !== 'POST' || url.pathname !== '/v1/charges') return send(res, 404, { error: 'not found' });
+
+    const key = req.headers['idempotency-key'];
+    if (typeof key !== 'string') return send(res, 400, { error: 'Idempotency-Key header is required' });
+    requests.set(key, (requests.get(key) ?? 0) + 1);
+    try {
+      assertValidKey(key);
+    } catch (error) {
+      return send(res, 400, { error: (error as Error).message });
+    }
+    const parsed = chargeInput.safeParse(await readJson(req));
+    if (!parsed.success) return send(res, 400, { error: 'invalid charge', issues: parsed.error.issues });
+    if (state.failRate > 0 && Math.random() < state.failRate) {
+      return send(res, 503, { error: 'payment processor unavailable, retry later' }, { 'Retry-After': '1' });
+    }
+
+    const charge = parsed.data;
+    const result = await ledger.once(
+      { scope: `payments/${merchant}`, key, fingerprint: fingerprint(charge), name: 'payments.charge' },
+      async ({ sql: tx }) => {
+        if (state.delayMs > 0) await sleep(state.delayMs);
+        const id = chargeId(merchant, key);
+        await tx`
+          insert into payments.charges (id, merchant, idempotency_key, amount_cents, currency, reference)
+          values (${id}, ${merchant}, ${key}, ${charge.amountCents}, ${charge.currency}, ${charge.reference})`;
+        return { id, amountCents: charge.amountCents, currency: charge.currency, reference: charge.reference };
+      },
+      { code: 201 },
+    );
+    switch (result.state) {
+      case 'executed':
+        return sendText(res, result.outcome.code ?? 201, result.outcome.body);
+      case 'replay':
+        return sendText(res, result.outcome.code ?? 201, result.outcome.body, { 'Idempotent-Replayed': 'true' });
+      case 'in_progress':
+        return send(res, 409, { error: 'a request with this Idempotency-Key is in progress' }, {
+          'Retry-After': String(Math.max(1, Math.ceil(result.retryAfterMs / 1000))),
+        });
+      case 'mismatch':
+        return send(res, 422, { error: 'this Idempotency-Key was used with a different request body' });
+    }
+  }
+
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, options.host ?? '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requestsFor: (key) => requests.get(key) ?? 0,
+    get failRate() {
+      return state.failRate;
+    },
+    set failRate(value: number) {
+      state.failRate = value;
+    },
+    get delayMs() {
+      return state.delayMs;
+    },
+    set delayMs(value: number) {
+      state.delayMs = value;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  let text = '';
+  for await (const chunk of req) {
+    text += chunk;
+    if (text.length > 65_536) throw new StepkeyError('invalid_input', 'request body over 64 KiB');
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  sendText(res, status, JSON.stringify(body), headers);
+}
+
+function sendText(res: ServerResponse, status: number, text: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { 'content-type': 'application/json', ...headers });
+  res.end(text);
+}
