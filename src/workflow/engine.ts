@@ -39,6 +39,7 @@ import { loadRun, type FinishedStep } from './sql/load-run.js';
 import { expireRunLease, heartbeatRuns, sweepExpiredRuns } from './sql/run-leases.js';
 import { insertRunMetadata } from './sql/start-run.js';
 import { decodeValue, summarise } from './values.js';
+import { enqueueStep } from '../outbox/enqueue-step.js';
 
 export interface EngineOptions {
   /** A database from connect(), or a URL (the engine then owns its pool). */
@@ -124,7 +125,7 @@ export class Engine {
     this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs ?? envNumber('STEPKEY_SWEEP_INTERVAL_MS'), 1_000);
     this.maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 16);
     const heartbeatMs = positive('heartbeatMs', options.heartbeatMs, Math.max(50, Math.floor(this.leaseMs / 3)));
-    this.#extensions = options.stepExtensions ?? [];
+    this.#extensions = [enqueueStep, ...(options.stepExtensions ?? [])];
     this.#onError = options.onError ?? ((error, context) => console.error(`stepkey: ${context}:`, error));
     this.#deps = { sql: this.sql, clock: this.clock, retentionMs: this.retentionMs };
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
@@ -216,7 +217,7 @@ export class Engine {
   }
 
   /** The run's status, output or error, and each step's status and attempts. */
-  get(ref: KeyRef): Promise<RunInfo | undefined> {
+  async get(ref: KeyRef): Promise<RunInfo | undefined> {
     assertValidRef(ref);
     return this.#db('reading a run', () => readRunInfo(this.sql, ref));
   }

@@ -21,6 +21,7 @@ const bugCodes = new Set<StepkeyErrorCode>([
   'invalid_step_name',
   'invalid_key',
   'version_not_found',
+  'invalid_input',
 ]);
 
 export type ErrorClass = 'stored' | 'bug' | 'retry';

@@ -6,6 +6,21 @@ import type { z } from 'zod';
 import type { DrizzleTx } from '../db/connect.js';
 import type { TxSql } from '../db/transaction.js';
 import type { AnySchema, StepDeclarations } from './define.js';
+import type { Effect } from '../outbox/effect.js';
+
+/** What an enqueue step records: the message's derived key (its job key and dedupe key). */
+export interface Enqueued {
+  key: string;
+}
+
+interface EnqueueHandle {
+  /**
+   * Enqueues `effect` with `payload` in the step's transaction, as a
+   * graphile-worker job keyed by the step's derived key: enqueued exactly once,
+   * delivered at least once, applied once by its consumer.
+   */
+  enqueue<Payload extends AnySchema>(effect: Effect<Payload>, payload: z.input<Payload>, use?: StepUse): Promise<Enqueued>;
+}
 
 /** One more use of a step in the same run needs its own stable discriminator. */
 export interface StepUse {
@@ -44,7 +59,7 @@ export type Jsonified<T> = T extends Date
           : never;
 
 /** Handle of a step with an output schema: the function returns its input form, the step its parsed form. */
-export interface SchemaStepHandle<Output extends AnySchema> {
+export interface SchemaStepHandle<Output extends AnySchema> extends EnqueueHandle {
   /** Runs `fn` in the step's transaction: its writes and the recorded output commit together, exactly once. */
   tx(fn: (db: DrizzleTx, context: TxContext) => Promise<z.input<Output>>, use?: StepUse): Promise<z.output<Output>>;
   /** Runs `fn` outside any transaction (at least once; the callee dedupes on `key`), then records its output. */
@@ -52,7 +67,7 @@ export interface SchemaStepHandle<Output extends AnySchema> {
 }
 
 /** Handle of a step without a schema: its result must be JSON and comes back in JSON form. */
-export interface JsonStepHandle {
+export interface JsonStepHandle extends EnqueueHandle {
   tx<T>(fn: (db: DrizzleTx, context: TxContext) => Promise<T>, use?: StepUse): Promise<Jsonified<T>>;
   call<T>(fn: (context: CallContext) => Promise<T>, use?: StepUse): Promise<Jsonified<T>>;
 }

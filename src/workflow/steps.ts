@@ -28,7 +28,7 @@ import { decodeValue, encodeChecked } from './values.js';
 import { stepInstanceName } from '../keys/derive.js';
 
 /** An attempt's result: a value to record, or an error to record, or an error to retry. */
-type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
+export type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
 
 export interface StepTarget {
   state: RunState;
@@ -41,8 +41,12 @@ function replay(target: StepTarget, instance: string, finished: FinishedStep): u
   return decodeValue(finished.body, target.declaration.output, `The output of step '${instance}'`);
 }
 
-/** What every kind of step does around its attempts: replay, retries, recording. */
-async function runStep(
+/**
+ * What every kind of step does around its attempts: replay, retries,
+ * recording. `attemptOnce` does the work; `record` commits the step row (and
+ * whatever must commit with it) or returns what another holder committed.
+ */
+export async function runStep(
   target: StepTarget,
   attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt | 'recorded'>,
   record: (row: StepRow) => Promise<'recorded' | FinishedStep>,
@@ -85,7 +89,7 @@ async function runStep(
 }
 
 /** Turns a failed step commit into the run's fate: stop, or replay what another holder committed. */
-async function commitFailed(state: RunState, key: string, error: unknown): Promise<FinishedStep> {
+export async function commitFailed(state: RunState, key: string, error: unknown): Promise<FinishedStep> {
   if (isLeaseLost(error)) {
     state.stop('lease_lost');
     throw new RunStopped('lease_lost');

@@ -1,0 +1,71 @@
+/**
+ * Enqueueing an effect outside a workflow, inside any application
+ * transaction, under an explicit scope and key. The ledger row (kind 'effect')
+ * and the job commit with the caller's transaction; the same scope and key
+ * again enqueue nothing (the same payload) or fail as a mismatch (another
+ * payload). The job key is derived from the scope-rooted key, like a step's.
+ */
+import type { Sql } from '../db/connect.js';
+import { type Clock, systemClock } from '../db/clock.js';
+import { inTransaction, type TxSql } from '../db/transaction.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { childKey, rootKey } from '../keys/derive.js';
+import { purposeFingerprint } from '../keys/fingerprint.js';
+import { claimKey } from '../ledger/claim.js';
+import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
+import { insertCompletedStatement } from '../ledger/sql/finish.js';
+import type { KeyRef } from '../ledger/types.js';
+import type { z } from 'zod';
+import type { Effect } from './effect.js';
+import { envelopeText } from './message.js';
+import { addJobStatement } from './sql/add-job.js';
+
+export interface EnqueueResult {
+  /** The message key: the job key and the consumer's dedupe key. */
+  key: string;
+  /** false when this scope and key had already enqueued it. */
+  enqueued: boolean;
+}
+
+export interface EnqueueOptions extends KeyRef {
+  clock?: Clock;
+  retentionMs?: number;
+}
+
+/**
+ * `q` is the caller's open transaction (TxSql: the job commits with it), or a
+ * pool (a transaction of its own).
+ */
+export async function enqueueEffect<Payload extends z.ZodType>(
+  q: TxSql | Sql,
+  effect: Effect<Payload>,
+  payload: z.input<Payload>,
+  options: EnqueueOptions,
+): Promise<EnqueueResult> {
+  const key = childKey(rootKey(options.scope, options.key), effect.name);
+  const envelope = envelopeText(effect, key, options.scope, payload);
+  const clock = options.clock ?? systemClock;
+  const request = {
+    scope: options.scope,
+    key: options.key,
+    kind: 'effect' as const,
+    name: effect.name,
+    fingerprint: purposeFingerprint(effect.name, JSON.parse(envelope).p),
+  };
+  const work = async (tx: TxSql | Sql): Promise<EnqueueResult> => {
+    const claim = await claimKey(tx, clock, request, { leaseMs: 30_000, mode: 'lock' });
+    switch (claim.state) {
+      case 'vacant':
+        await addJobStatement(tx, effect, key, envelope);
+        await insertCompletedStatement(tx, clock, request, { ok: true, body: JSON.stringify({ key }) }, options.retentionMs ?? DEFAULT_RETENTION_MS);
+        return { key, enqueued: true };
+      case 'replay':
+        return { key, enqueued: false };
+      case 'mismatch':
+        throw new StepkeyError('mismatch', `Key '${options.key}' already enqueued effect '${effect.name}' with another payload.`);
+      default:
+        throw new StepkeyError('in_progress', `Key '${options.key}' is being used by another transaction right now.`);
+    }
+  };
+  return 'begin' in q && typeof q.begin === 'function' ? inTransaction(q as Sql, work) : work(q);
+}

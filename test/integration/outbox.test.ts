@@ -1,0 +1,200 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { inTransaction } from '../../src/db/transaction.js';
+import { childKey, rootKey } from '../../src/keys/derive.js';
+import { deliverHttp } from '../../src/outbox/deliver-http.js';
+import { defineEffect } from '../../src/outbox/effect.js';
+import { enqueueEffect } from '../../src/outbox/enqueue.js';
+import { listJobs, retryJobs } from '../../src/outbox/sql/jobs.js';
+import { runWorker, type Worker } from '../../src/worker/run-worker.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase({ max: 20 });
+
+const record = defineEffect({
+  name: 'test.record',
+  payload: z.object({ note: z.string() }),
+  async handler(payload, { sql, key }) {
+    await sql`insert into received (message_key, note) values (${key}, ${payload.note})`;
+  },
+});
+
+let receiverStatus = 200;
+const receiverHits = new Map<string, number>();
+let receiver: Server;
+let receiverUrl = '';
+const webhook = defineEffect({
+  name: 'test.webhook',
+  payload: z.object({ event: z.string() }),
+  maxAttempts: 3,
+  async handler(payload, { key, signal }) {
+    await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: 2_000 });
+  },
+});
+
+const shop = defineWorkflow({
+  name: 'outbox-shop',
+  version: 1,
+  input: z.object({ note: z.string() }),
+  steps: { write: step('write.v1'), notify: step('notify.v1') },
+  async run({ input, steps }) {
+    await steps.write.tx(async () => 'written');
+    return steps.notify.enqueue(record, { note: input.note });
+  },
+});
+
+const jobsWithKey = async (key: string) =>
+  (await db().sql`select count(*)::int as n from graphile_worker.jobs where key = ${key}`)[0]!.n as number;
+const receivedFor = async (key: string) =>
+  (await db().sql`select count(*)::int as n from received where message_key = ${key}`)[0]!.n as number;
+
+beforeAll(async () => {
+  await db().sql`create table received (message_key text not null, note text not null)`;
+  receiver = createServer((req, res) => {
+    const key = String(req.headers['idempotency-key']);
+    receiverHits.set(key, (receiverHits.get(key) ?? 0) + 1);
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(receiverStatus, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+  receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+});
+afterAll(() => new Promise<void>((resolve) => receiver.close(() => resolve())));
+
+describe('enqueue', () => {
+  it('adds one job keyed by the step key, and a replay adds none', async () => {
+    const engine = testEngine(db(), [shop]);
+    const ref = { scope: 'acme', key: uniqueKey('enq') };
+    const result = await engine.run(shop, ref, { note: 'hello' });
+    const key = childKey(rootKey(ref.scope, ref.key), 'notify.v1');
+    expect(result).toEqual({ key });
+    expect(await jobsWithKey(key)).toBe(1);
+    await engine.run(shop, ref, { note: 'hello' });
+    expect(await jobsWithKey(key)).toBe(1);
+    await engine.shutdown();
+  });
+
+  it('refuses a payload that fails its schema: the step is not completed, nothing is enqueued', async () => {
+    const bad = defineWorkflow({
+      name: 'outbox-bad',
+      version: 1,
+      input: z.object({}),
+      steps: { notify: step('notify.v1') },
+      async run({ steps }) {
+        return steps.notify.enqueue(record, { note: 42 as unknown as string });
+      },
+    });
+    const engine = testEngine(db(), [bad]);
+    const ref = { scope: 'acme', key: uniqueKey('bad') };
+    const error = await engine.run(bad, ref, {}).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/payload of effect 'test.record' is invalid: note: Invalid input/);
+    expect(await jobsWithKey(childKey(rootKey(ref.scope, ref.key), 'notify.v1'))).toBe(0);
+    expect((await engine.get(ref))!.steps).toEqual([]);
+    await engine.shutdown();
+  });
+
+  it('leaves no job when the step transaction rolls back (the run was cancelled under it)', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const gated = defineWorkflow({
+      name: 'outbox-gated',
+      version: 1,
+      input: z.object({}),
+      steps: { wait: step('wait.v1'), notify: step('notify.v1') },
+      async run({ steps }) {
+        await steps.wait.call(async () => gate);
+        return steps.notify.enqueue(record, { note: 'late' });
+      },
+    });
+    const runner = testEngine(db(), [gated]);
+    const other = testEngine(db(), [gated]);
+    const ref = { scope: 'acme', key: uniqueKey('rollback') };
+    const handle = await runner.start(gated, ref, {});
+    await sleep(50);
+    expect(await other.cancel(ref)).toBe(true);
+    release();
+    await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
+    expect(await jobsWithKey(childKey(handle.rootKey, 'notify.v1'))).toBe(0);
+    await runner.shutdown();
+    await other.shutdown();
+  });
+
+  it('enqueues outside a workflow inside the caller’s transaction, once per scope and key', async () => {
+    const ref = { scope: 'acme', key: uniqueKey('app') };
+    const key = childKey(rootKey(ref.scope, ref.key), 'test.record');
+    await expect(
+      inTransaction(db().sql, async (tx) => {
+        await enqueueEffect(tx, record, { note: 'x' }, ref);
+        throw new Error('the application changed its mind');
+      }),
+    ).rejects.toThrow(/changed its mind/);
+    expect(await jobsWithKey(key)).toBe(0);
+
+    const first = await inTransaction(db().sql, (tx) => enqueueEffect(tx, record, { note: 'x' }, ref));
+    expect(first).toEqual({ key, enqueued: true });
+    expect(await enqueueEffect(db().sql, record, { note: 'x' }, ref)).toEqual({ key, enqueued: false });
+    await expect(enqueueEffect(db().sql, record, { note: 'y' }, ref)).rejects.toMatchObject({ code: 'mismatch' });
+    expect(await jobsWithKey(key)).toBe(1);
+    const other = { scope: 'globex', key: ref.key };
+    expect((await enqueueEffect(db().sql, record, { note: 'x' }, other)).key).not.toBe(key);
+  });
+});
+
+describe('consume', () => {
+  let worker: Worker;
+  beforeAll(async () => {
+    worker = await runWorker({ database: db(), effects: [record, webhook], concurrency: 4, leaseMs: 2_000, onError: () => {} });
+  });
+  afterAll(() => worker.stop());
+
+  it('applies a delivered effect once, even when the job is delivered twice', async () => {
+    const ref = { scope: 'acme', key: uniqueKey('twice') };
+    const { key } = await enqueueEffect(db().sql, record, { note: 'dup' }, ref);
+    // A second job carrying the same message (as after a redelivery).
+    const [job] = await db().sql`select payload::text from graphile_worker._private_jobs where key = ${key}`;
+    await db().sql`select graphile_worker.add_job('test.record', ${job!.payload as string}::json)`;
+    await expect.poll(() => receivedFor(key), { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    const [{ n }] = (await db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`) as unknown as [{ n: number }];
+    expect(n).toBe(0);
+    expect(await receivedFor(key)).toBe(1);
+  });
+
+  it('delivers over HTTP with the message key as Idempotency-Key; a 4xx fails for good and can be retried by hand', async () => {
+    receiverStatus = 400;
+    const ref = { scope: 'acme', key: uniqueKey('hook') };
+    const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
+    await expect
+      .poll(async () => (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key), { timeout: 10_000 })
+      .toMatchObject({ attempts: 1, maxAttempts: 1, lastError: expect.stringMatching(/answered 400/) });
+    expect(receiverHits.get(key)).toBe(1);
+
+    receiverStatus = 200;
+    const failed = (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key)!;
+    expect(await retryJobs(db().sql, [failed.id])).toEqual([failed.id]);
+    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    expect(receiverHits.get(key)).toBe(2);
+  });
+
+  it('retries a 5xx with backoff', async () => {
+    receiverStatus = 503;
+    const ref = { scope: 'acme', key: uniqueKey('retry') };
+    const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
+    await expect.poll(() => receiverHits.get(key) ?? 0, { timeout: 10_000 }).toBe(1);
+    const [job] = await listJobs(db().sql).then((jobs) => jobs.filter((j) => j.key === key));
+    expect(job).toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 3 });
+    receiverStatus = 200;
+    await db().sql`update graphile_worker._private_jobs set run_at = now() where key = ${key}`;
+    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    expect(receiverHits.get(key)).toBe(2);
+  });
+});
