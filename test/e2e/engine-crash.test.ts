@@ -29,8 +29,12 @@ afterAll(async () => {
   await payments?.close();
 });
 
-function spawn(args: string[], faults?: string): ChildHandle {
-  const child = spawnScript(script, { args: [args[0]!, db().url, payments.url, ...args.slice(1)], env, faults });
+function spawn(args: string[], faults?: string, extraEnv: Record<string, string> = {}): ChildHandle {
+  const child = spawnScript(script, {
+    args: [args[0]!, db().url, payments.url, ...args.slice(1)],
+    env: { ...env, ...extraEnv },
+    ...(faults ? { faults } : {}),
+  });
   children.push(child);
   return child;
 }
@@ -115,5 +119,29 @@ describe('a run killed at every step boundary', () => {
     const results = await Promise.all(both.map(async (child) => JSON.parse((await child.waitFor(/RESULT (.+)/, 45_000))[1]!)));
     expect(results).toEqual([expected(ref.scope, ref.key), expected(ref.scope, ref.key)]);
     expect(await effects(ref.scope, ref.key)).toEqual({ reservations: 1, charges: 1, shipments: 1 });
+  }, 60_000);
+
+  it('gives its lease up on SIGTERM, so another process resumes the run at once, not after the lease', async () => {
+    const ref = { scope: 'tenant-a', key: uniqueKey('deploy') };
+    const chargeKey = childKey(rootKey(ref.scope, ref.key), 'charge.v1');
+    payments.delayMs = 1_500;
+    try {
+      const longLease = { STEPKEY_LEASE_MS: '30000', STEPKEY_SWEEP_INTERVAL_MS: '200' };
+      const sweeper = spawn(['sweep'], undefined, longLease);
+      await sweeper.waitFor(/SWEEPER READY/);
+      const running = spawn(['run', ref.scope, ref.key], undefined, longLease);
+      await expect.poll(() => payments.requestsFor(chargeKey), { timeout: 20_000, interval: 20 }).toBe(1);
+      const stoppedAt = Date.now();
+      running.kill('SIGTERM');
+      expect((await running.exited).code).toBe(0);
+      await expect
+        .poll(() => storedResult(ref.scope, ref.key), { timeout: 20_000, interval: 100 })
+        .toEqual(expected(ref.scope, ref.key));
+      expect(Date.now() - stoppedAt).toBeLessThan(15_000);
+      expect(await effects(ref.scope, ref.key)).toEqual({ reservations: 1, charges: 1, shipments: 1 });
+      sweeper.kill();
+    } finally {
+      payments.delayMs = 0;
+    }
   }, 60_000);
 });

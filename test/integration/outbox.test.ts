@@ -190,8 +190,9 @@ describe('consume', () => {
     const ref = { scope: 'acme', key: uniqueKey('retry') };
     const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
     await expect.poll(() => receiverHits.get(key) ?? 0, { timeout: 10_000 }).toBe(1);
-    const [job] = await listJobs(db().sql).then((jobs) => jobs.filter((j) => j.key === key));
-    expect(job).toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 3 });
+    await expect
+      .poll(async () => (await listJobs(db().sql)).find((j) => j.key === key), { timeout: 10_000 })
+      .toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 3 });
     receiverStatus = 200;
     await db().sql`update graphile_worker._private_jobs set run_at = now() where key = ${key}`;
     await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);

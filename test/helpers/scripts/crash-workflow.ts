@@ -59,6 +59,9 @@ async function main(): Promise<void> {
   const workflow = crashOrder(paymentsUrl);
   const engine = createEngine({ database, workflows: [workflow], onError: () => {} });
   if (mode === 'run') {
+    process.once('SIGTERM', () => {
+      void engine.shutdown().then(() => process.exit(0));
+    });
     const result = await engine.run(workflow, { scope, key }, { sku: 'sku-1', quantity: 2 });
     console.log(`RESULT ${JSON.stringify(result)}`);
     await engine.shutdown();
