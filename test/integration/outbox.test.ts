@@ -164,8 +164,12 @@ describe('consume', () => {
     await db().sql`select graphile_worker.add_job('test.record', ${job!.payload as string}::json)`;
     await expect.poll(() => receivedFor(key), { timeout: 10_000 }).toBe(1);
     await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
-    const [{ n }] = (await db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`) as unknown as [{ n: number }];
-    expect(n).toBe(0);
+    await expect
+      .poll(
+        async () => (await db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`)[0]!.n,
+        { timeout: 10_000 },
+      )
+      .toBe(0);
     expect(await receivedFor(key)).toBe(1);
   });
 

@@ -1,0 +1,60 @@
+/**
+ * Which resolver errors are part of the answer (stored, replayed to every
+ * retry) and which are not (the key is released, the retry runs).
+ *
+ *   stored     a TRPCError with a 4xx code other than 401, 403, 408, 409, 429
+ *              — a deterministic client error raised after the work began —
+ *              and any error marked non-retryable (retryable === false)
+ *   released   5xx, unexpected errors, and 401/403/408/409/429 (transient, or
+ *              decided before any work)
+ */
+import { TRPCError, getTRPCErrorFromUnknown } from '@trpc/server';
+import { getHTTPStatusCodeFromError } from '@trpc/server/http';
+import { isNonRetryable, serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
+import type { OutcomeToStore } from '../ledger/types.js';
+
+type TrpcCode = TRPCError['code'];
+
+const transient4xx = new Set<TrpcCode>(['UNAUTHORIZED', 'FORBIDDEN', 'TIMEOUT', 'CONFLICT', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST']);
+const codes = new Set<string>([
+  'PARSE_ERROR', 'BAD_REQUEST', 'INTERNAL_SERVER_ERROR', 'NOT_IMPLEMENTED', 'BAD_GATEWAY', 'SERVICE_UNAVAILABLE',
+  'GATEWAY_TIMEOUT', 'UNAUTHORIZED', 'PAYMENT_REQUIRED', 'FORBIDDEN', 'NOT_FOUND', 'METHOD_NOT_SUPPORTED', 'TIMEOUT',
+  'CONFLICT', 'PRECONDITION_FAILED', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'UNPROCESSABLE_CONTENT',
+  'PRECONDITION_REQUIRED', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST',
+]);
+
+/**
+ * The TRPCError a resolver error is answered with. An error marked
+ * non-retryable (a NonRetryableError from a workflow, for instance) is a
+ * client error: BAD_REQUEST, or its own code when that is a tRPC code — never
+ * the 500 tRPC would make of it.
+ */
+export function toTrpcError(error: unknown): TRPCError {
+  const nonRetryable = isNonRetryable(error)
+    ? error
+    : error instanceof TRPCError && error.code === 'INTERNAL_SERVER_ERROR' && isNonRetryable(error.cause)
+      ? error.cause
+      : undefined;
+  if (nonRetryable) {
+    const stored = serializeError(nonRetryable);
+    return new TRPCError({ code: trpcCodeOf(stored), message: stored.message, cause: nonRetryable });
+  }
+  return getTRPCErrorFromUnknown(error);
+}
+
+/** What to store for a resolver error (already passed through toTrpcError), or undefined to release the key. */
+export function storedTrpcError(error: TRPCError): OutcomeToStore | undefined {
+  const status = getHTTPStatusCodeFromError(error);
+  if (status < 400 || status >= 500 || transient4xx.has(error.code)) return undefined;
+  const stored: StoredError = { name: 'TRPCError', message: error.message, code: error.code };
+  return { ok: false, body: toJsonText(stored, 'error'), code: status };
+}
+
+function trpcCodeOf(stored: StoredError): TrpcCode {
+  return typeof stored.code === 'string' && codes.has(stored.code) ? (stored.code as TrpcCode) : 'BAD_REQUEST';
+}
+
+/** The TRPCError a stored error stands for: its own code if it is a tRPC code, otherwise BAD_REQUEST. */
+export function trpcErrorFromStored(stored: StoredError): TRPCError {
+  return new TRPCError({ code: trpcCodeOf(stored), message: stored.message });
+}

@@ -1,0 +1,18 @@
+/**
+ * stepkey/trpc: idempotent tRPC procedures (server) and the link that keys
+ * and retries mutations (client).
+ */
+export {
+  createIdempotency,
+  retryAfterSeconds,
+  type IdempotencyConfig,
+  type IdempotencyContext,
+  type ProcedureIdempotencyOptions,
+} from './idempotency.js';
+export { type RunContextForResolver, type WorkflowProcedureOptions } from './workflow-procedure.js';
+export { createWorkflowRouter, type RunStatusView, type StartedRun, type WorkflowProcedures } from './workflow-router.js';
+export { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey, type ParsedKey } from './header.js';
+export { defaultRequestAccess, type RequestAccess } from './request-access.js';
+export { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
+export type { DataTransformerLike, TransformerOption } from './transformer.js';
+export { idempotencyLink, idempotencyHeaders, isRetryableError, type IdempotencyLinkOptions } from './link.js';

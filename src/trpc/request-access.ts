@@ -1,0 +1,64 @@
+/**
+ * Getting at the HTTP request and response from a tRPC context. The defaults
+ * understand the standalone / Node adapters (`ctx.req` an IncomingMessage,
+ * `ctx.res` a ServerResponse) and the fetch adapter (`ctx.req` a Request,
+ * `ctx.resHeaders` a Headers). `ctx.info` (what createContext receives as
+ * `info`) tells batches apart; put it in your context.
+ */
+
+export interface RequestAccess<Ctx> {
+  /** Every value of a request header, one per header line. */
+  header(ctx: Ctx, name: string): string[];
+  setHeader(ctx: Ctx, name: string, value: string): void;
+  /** How many operations the HTTP request carries (1 if not a batch). */
+  operations(ctx: Ctx): number;
+}
+
+interface NodeLikeRequest {
+  headers: Record<string, string | string[] | undefined>;
+  rawHeaders?: string[];
+}
+
+interface FetchLikeRequest {
+  headers: { get(name: string): string | null };
+}
+
+type AnyCtx = {
+  req?: NodeLikeRequest | FetchLikeRequest;
+  res?: { setHeader?(name: string, value: string): void };
+  resHeaders?: { set(name: string, value: string): void };
+  info?: { isBatchCall?: boolean; calls?: unknown[] };
+};
+
+export function defaultRequestAccess<Ctx>(): RequestAccess<Ctx> {
+  return {
+    header(ctx, name) {
+      const req = (ctx as AnyCtx).req;
+      if (!req) return [];
+      const headers = req.headers as { get?: unknown };
+      if (typeof headers.get === 'function') {
+        const value = (req as FetchLikeRequest).headers.get(name);
+        return value === null ? [] : [value];
+      }
+      const node = req as NodeLikeRequest;
+      if (node.rawHeaders) {
+        const values: string[] = [];
+        for (let i = 0; i + 1 < node.rawHeaders.length; i += 2) {
+          if (node.rawHeaders[i]!.toLowerCase() === name.toLowerCase()) values.push(node.rawHeaders[i + 1]!);
+        }
+        return values;
+      }
+      const value = node.headers[name.toLowerCase()];
+      return value === undefined ? [] : Array.isArray(value) ? value : [value];
+    },
+    setHeader(ctx, name, value) {
+      const c = ctx as AnyCtx;
+      if (c.resHeaders) c.resHeaders.set(name, value);
+      else c.res?.setHeader?.(name, value);
+    },
+    operations(ctx) {
+      const info = (ctx as AnyCtx).info;
+      return info?.isBatchCall ? (info.calls?.length ?? 2) : 1;
+    },
+  };
+}

@@ -1,0 +1,104 @@
+/**
+ * A small tRPC app over real HTTP for the idempotency tests: the caller is the
+ * bearer token, writes go to `trpc_orders` through ctx.idempotency.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { TRPCError, initTRPC } from '@trpc/server';
+import { createHTTPServer } from '@trpc/server/adapters/standalone';
+import type { TRPCRequestInfo } from '@trpc/server/http';
+import { z } from 'zod';
+import type { Ledger } from '../../src/ledger/ledger.js';
+import { NonRetryableError } from '../../src/ledger/outcome.js';
+import { createIdempotency } from '../../src/trpc/idempotency.js';
+import { createWorkflowRouter } from '../../src/trpc/workflow-router.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import type { Engine } from '../../src/workflow/engine.js';
+
+export interface AppContext {
+  req: IncomingMessage;
+  res: ServerResponse;
+  info: TRPCRequestInfo;
+  tenant: string | null;
+}
+
+export const counters = { create: 0, refund: 0, place: 0 };
+
+export const placeOrder = defineWorkflow({
+  name: 'trpc-place-order',
+  version: 1,
+  input: z.object({ sku: z.string(), quantity: z.number().int().positive(), slowMs: z.number().int().default(0) }),
+  steps: { record: step('record.v1', { output: z.object({ orderId: z.number() }) }) },
+  async run({ input, steps, ctx }) {
+    const { orderId } = await steps.record.tx(async (_db, { sql }) => {
+      counters.place += 1;
+      if (input.slowMs) await sleep(input.slowMs);
+      if (input.sku === 'sold-out') throw new NonRetryableError(`${input.sku} is sold out`, { code: 'PRECONDITION_FAILED' });
+      const [row] = await sql`insert into trpc_orders (tenant, sku, quantity) values (${ctx.scope}, ${input.sku}, ${input.quantity}) returning id`;
+      return { orderId: Number(row!.id) };
+    });
+    return { orderId, sku: input.sku };
+  },
+});
+
+export function buildApp(ledger: Ledger, engine: Engine) {
+  const t = initTRPC.context<AppContext>().create({ isDev: false });
+  const idem = createIdempotency<AppContext>({ ledger, engine, scope: (ctx) => ctx.tenant });
+  const orderInput = z.object({ sku: z.string(), quantity: z.number().int().positive(), note: z.string().optional() });
+
+  const router = t.router({
+    orders: t.router({
+      create: t.procedure
+        .input(orderInput.extend({ slowMs: z.number().int().default(0), fail: z.string().optional() }))
+        .use(idem.procedure())
+        .mutation(async ({ ctx, input }) => {
+          counters.create += 1;
+          const sql = ctx.idempotency!.sql;
+          const [row] = await sql`insert into trpc_orders (tenant, sku, quantity) values (${ctx.idempotency!.scope}, ${input.sku}, ${input.quantity}) returning id`;
+          if (input.slowMs) await sleep(input.slowMs);
+          if (input.fail === 'client') throw new TRPCError({ code: 'NOT_FOUND', message: `no product ${input.sku}` });
+          if (input.fail === 'conflict') throw new TRPCError({ code: 'CONFLICT', message: 'try again' });
+          if (input.fail === 'crash') throw new Error('database exploded');
+          if (input.fail === 'permanent') throw new NonRetryableError('card declined', { code: 'PRECONDITION_FAILED' });
+          return { orderId: Number(row!.id), sku: input.sku, zeta: 1, alpha: [3, 1, 2] };
+        }),
+      refund: t.procedure.input(orderInput).use(idem.procedure()).mutation(async () => {
+        counters.refund += 1;
+        return { refunded: true };
+      }),
+      note: t.procedure
+        .input(z.object({ text: z.string() }))
+        .use(idem.procedure({ mode: 'optional' }))
+        .mutation(({ ctx, input }) => ({ text: input.text, keyed: ctx.idempotency !== undefined })),
+      bestEffort: t.procedure
+        .input(z.object({ text: z.string() }))
+        .use(idem.procedure({ onLedgerDown: 'open' }))
+        .mutation(({ ctx, input }) => ({ text: input.text, bypassed: ctx.idempotency?.bypassed ?? false })),
+      place: t.procedure
+        .input(placeOrder.input)
+        .use(idem.workflow(placeOrder))
+        .mutation(({ ctx }) => ({ ...ctx.run.output, replayed: ctx.run.replayed })),
+    }),
+    workflows: t.router(createWorkflowRouter(t, idem, { place: placeOrder })),
+  });
+
+  const server = createHTTPServer({
+    router,
+    basePath: '/trpc/',
+    createContext: ({ req, res, info }): AppContext => ({
+      req,
+      res,
+      info,
+      tenant: /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1] ?? null,
+    }),
+  });
+  return { router, server, t, idem };
+}
+
+export type AppRouter = ReturnType<typeof buildApp>['router'];
+
+export async function listen(server: ReturnType<typeof createHTTPServer>): Promise<string> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}/trpc`;
+}
