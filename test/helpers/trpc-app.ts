@@ -4,7 +4,6 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { TRPCError, initTRPC } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import type { TRPCRequestInfo } from '@trpc/server/http';
@@ -25,15 +24,28 @@ export interface AppContext {
 
 export const counters = { create: 0, refund: 0, place: 0 };
 
+/** Gates a resolver or step can wait on (input.gate), opened by the test. */
+const gates = new Map<string, { promise: Promise<void>; open: () => void }>();
+export function gate(name: string): { promise: Promise<void>; open: () => void } {
+  let entry = gates.get(name);
+  if (!entry) {
+    let open!: () => void;
+    const promise = new Promise<void>((resolve) => (open = resolve));
+    entry = { promise, open };
+    gates.set(name, entry);
+  }
+  return entry;
+}
+
 export const placeOrder = defineWorkflow({
   name: 'trpc-place-order',
   version: 1,
-  input: z.object({ sku: z.string(), quantity: z.number().int().positive(), slowMs: z.number().int().default(0) }),
+  input: z.object({ sku: z.string(), quantity: z.number().int().positive(), gate: z.string().optional() }),
   steps: { record: step('record.v1', { output: z.object({ orderId: z.number() }) }) },
   async run({ input, steps, ctx }) {
     const { orderId } = await steps.record.tx(async (_db, { sql }) => {
       counters.place += 1;
-      if (input.slowMs) await sleep(input.slowMs);
+      if (input.gate) await gate(input.gate).promise;
       if (input.sku === 'sold-out') throw new NonRetryableError(`${input.sku} is sold out`, { code: 'PRECONDITION_FAILED' });
       const [row] = await sql`insert into trpc_orders (tenant, sku, quantity) values (${ctx.scope}, ${input.sku}, ${input.quantity}) returning id`;
       return { orderId: Number(row!.id) };
@@ -50,13 +62,13 @@ export function buildApp(ledger: Ledger, engine: Engine) {
   const router = t.router({
     orders: t.router({
       create: t.procedure
-        .input(orderInput.extend({ slowMs: z.number().int().default(0), fail: z.string().optional() }))
+        .input(orderInput.extend({ gate: z.string().optional(), fail: z.string().optional() }))
         .use(idem.procedure())
         .mutation(async ({ ctx, input }) => {
           counters.create += 1;
           const sql = ctx.idempotency!.sql;
           const [row] = await sql`insert into trpc_orders (tenant, sku, quantity) values (${ctx.idempotency!.scope}, ${input.sku}, ${input.quantity}) returning id`;
-          if (input.slowMs) await sleep(input.slowMs);
+          if (input.gate) await gate(input.gate).promise;
           if (input.fail === 'client') throw new TRPCError({ code: 'NOT_FOUND', message: `no product ${input.sku}` });
           if (input.fail === 'conflict') throw new TRPCError({ code: 'CONFLICT', message: 'try again' });
           if (input.fail === 'crash') throw new Error('database exploded');

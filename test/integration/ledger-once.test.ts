@@ -75,12 +75,10 @@ describe('once', () => {
       return 1;
     });
     await sleep(100);
-    const started = performance.now();
+    // The first call is parked until released: the duplicate is answered without waiting for it.
     const duplicate = await ledger.once(request, async () => 2);
-    const waited = performance.now() - started;
     release();
     expect(duplicate.state).toBe('in_progress');
-    expect(waited).toBeLessThan(1_000);
     expect((await first).state).toBe('executed');
   });
 
