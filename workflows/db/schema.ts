@@ -2,7 +2,7 @@
  * The example application's own tables (generated into db/migrations by
  * drizzle-kit with workflows/drizzle.config.ts):
  *
- *   shop.stock      units available per SKU
+ *   shop.stock      units available and unit price per SKU
  *   shop.orders     one row per order, written by the checkout workflow
  *   shop.mailbox    confirmation emails, written by the email consumer
  *   payments.charges  the stand-in payment service's charges
@@ -23,6 +23,7 @@ export const stock = shop.table(
   {
     sku: text('sku').primaryKey(),
     available: integer('available').notNull(),
+    priceCents: integer('price_cents').notNull(),
   },
   (t) => [check('stock_available_check', sql`${t.available} >= 0`)],
 );

@@ -11,7 +11,9 @@
  *   GET /v1/charges?reference=R   the merchant's charges for a reference
  *
  * It can be told to fail a fraction of charges with 503 (before doing any
- * work) or to answer slowly: PAYMENTS_FAIL_RATE, PAYMENTS_DELAY_MS.
+ * work) or to answer slowly: PAYMENTS_FAIL_RATE, PAYMENTS_DELAY_MS, or at run
+ * time (the demo does) with POST /admin/settings { failRate, delayMs } when
+ * started with `admin: true`.
  */
 import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -32,6 +34,8 @@ export interface PaymentServiceOptions {
   failRate?: number;
   /** Extra time a charge takes, holding its key. */
   delayMs?: number;
+  /** Serve POST /admin/settings to change failRate and delayMs at run time. */
+  admin?: boolean;
 }
 
 export interface PaymentService {
@@ -73,6 +77,12 @@ export async function startPaymentService(options: PaymentServiceOptions): Promi
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     if (url.pathname === '/health') return send(res, 200, { ok: true });
+    if (options.admin && req.method === 'POST' && url.pathname === '/admin/settings') {
+      const settings = z.object({ failRate: z.number().min(0).max(1).optional(), delayMs: z.number().int().min(0).optional() }).safeParse(await readJson(req));
+      if (!settings.success) return send(res, 400, { error: 'expected { failRate?: 0..1, delayMs?: ms }' });
+      Object.assign(state, settings.data);
+      return send(res, 200, state);
+    }
     const merchant = /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
     if (!merchant) return send(res, 401, { error: 'Authorization: Bearer <merchant> is required' });
 

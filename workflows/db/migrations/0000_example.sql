@@ -40,6 +40,7 @@ CREATE TABLE "shop"."orders" (
 CREATE TABLE "shop"."stock" (
 	"sku" text PRIMARY KEY NOT NULL,
 	"available" integer NOT NULL,
+	"price_cents" integer NOT NULL,
 	CONSTRAINT "stock_available_check" CHECK ("shop"."stock"."available" >= 0)
 );
 --> statement-breakpoint
