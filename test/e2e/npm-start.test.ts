@@ -16,7 +16,7 @@ const root = fileURLToPath(new URL('../..', import.meta.url));
 const dataDir = mkdtempSync(join(root, '.stepkey', 'npm-start-'));
 chmodSync(dataDir, 0o755);
 const run = promisify(execFile);
-const env = { ...process.env, STEPKEY_DATA_DIR: dataDir, PORT: '0', PAYMENTS_PORT: '0', STEPKEY_LEASE_MS: '2000' };
+const env: NodeJS.ProcessEnv = { ...process.env, STEPKEY_DATA_DIR: dataDir, PORT: '0', PAYMENTS_PORT: '0', STEPKEY_LEASE_MS: '2000' };
 delete env.DATABASE_URL;
 
 let npmPid: number | undefined;

@@ -1,0 +1,41 @@
+/**
+ * The child side of the crash kit. Loads a scenario module and either runs
+ * its workflow for one key, or consumes effects as a worker:
+ *
+ *   node --import tsx crash-runner.ts <scenario module> run <db url> <scope> <key>
+ *        → prints STEPKEY_RESULT <json> (or STEPKEY_ERROR <message>)
+ *   node --import tsx crash-runner.ts <scenario module> worker <db url>
+ *        → prints STEPKEY_WORKER_READY, runs until SIGTERM
+ *
+ * Fault points armed through STEPKEY_FAULTS kill it with SIGKILL where they fire.
+ */
+import { pathToFileURL } from 'node:url';
+import { connect } from '../db/connect.js';
+import { runWorker } from '../worker/run-worker.js';
+import { createEngine } from '../workflow/engine.js';
+import type { CrashScenario } from './scenario.js';
+
+const [modulePath, mode, url, scope, key] = process.argv.slice(2) as [string, string, string, string, string];
+const loaded = (await import(pathToFileURL(modulePath).href)) as { default?: CrashScenario };
+const scenario = loaded.default;
+if (!scenario?.workflow) throw new Error(`${modulePath} must export default defineCrashScenario({...})`);
+const workflows = scenario.workflows ?? [scenario.workflow];
+const database = connect(url, { max: 5 });
+
+if (mode === 'run') {
+  const engine = createEngine({ database, workflows, onError: () => {} });
+  try {
+    const ref = { scope, key };
+    const result = await engine.run(scenario.workflow, ref, scenario.input(ref) as never);
+    console.log(`STEPKEY_RESULT ${JSON.stringify(result ?? null)}`);
+  } catch (error) {
+    console.log(`STEPKEY_ERROR ${error instanceof Error ? error.message : String(error)}`);
+  }
+  await engine.shutdown();
+  await database.close();
+} else if (mode === 'worker') {
+  await runWorker({ database, workflows, effects: scenario.effects ?? [], handleSignals: true, onError: () => {} });
+  console.log('STEPKEY_WORKER_READY');
+} else {
+  throw new Error(`unknown mode '${mode}'`);
+}
