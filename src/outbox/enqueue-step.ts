@@ -1,7 +1,8 @@
 /**
  * The `enqueue` step kind: the graphile-worker job and the step's row commit
  * in one transaction (BEGIN; add_job; INSERT step row fenced by the run's
- * lease; COMMIT, the last two sent together). A replayed step never enqueues
+ * lease; COMMIT, all sent together) — with the run's start, when this is the
+ * run's first write. A replayed step never enqueues
  * again: its row is found first. A transaction that rolls back — lease lost,
  * another holder first — leaves no job.
  */
@@ -27,9 +28,10 @@ export const enqueueStep: StepHandleExtension = (state, declaration) => ({
       },
       async (row: StepRow) => {
         const rows = [...state.takePending(), row];
-        let transaction: Transaction;
+        // The run's start, if not yet committed, commits with the job.
+        let transaction = state.takeOpening();
         try {
-          transaction = await Transaction.begin(state.deps.sql);
+          transaction ??= await Transaction.begin(state.deps.sql);
         } catch (error) {
           throw translateDatabaseError(error, `enqueueing effect '${effect.name}'`);
         }

@@ -17,6 +17,7 @@
  */
 import type { z } from 'zod';
 import { connect, type Database, type Sql } from '../db/connect.js';
+import { Transaction } from '../db/transaction.js';
 import { type Clock, systemClock } from '../db/clock.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
@@ -144,7 +145,7 @@ export class Engine {
     input: InputOf<W>,
     options: RunOptions = {},
   ): Promise<RunHandle<WorkflowResult<W>>> {
-    const begun = await this.#begin(workflow, ref, input, options);
+    const begun = await this.#begin(workflow, ref, input, options, false);
     if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
     if (begun.kind === 'executing') begun.done.catch(() => {});
     return {
@@ -163,7 +164,7 @@ export class Engine {
     input: InputOf<W>,
     options: RunOptions = {},
   ): Promise<RunAttempt<WorkflowResult<W>>> {
-    const begun = await this.#begin(workflow, ref, input, options);
+    const begun = await this.#begin(workflow, ref, input, options, true);
     switch (begun.kind) {
       case 'mismatch':
         return { state: 'mismatch', existing: begun.existing };
@@ -183,7 +184,7 @@ export class Engine {
     input: InputOf<W>,
     options: RunOptions = {},
   ): Promise<WorkflowResult<W>> {
-    const begun = await this.#begin(workflow, ref, input, options);
+    const begun = await this.#begin(workflow, ref, input, options, true);
     if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
     let settled = begun.kind === 'settled' ? begun.settled : begun.kind === 'executing' ? await begun.done : undefined;
     if (!settled || (settled.state === 'stopped' && settled.reason !== 'shutting_down')) settled = await this.#waitFor(ref);
@@ -280,11 +281,18 @@ export class Engine {
 
   // ---- internals -----------------------------------------------------------------------------
 
+  /**
+   * Claims the run. `fold`: the claim stays uncommitted in a transaction that
+   * the run's first write commits (one commit fewer per run; a duplicate meets
+   * the claim's advisory lock and is told "in progress" meanwhile). Without
+   * `fold` (start()), the claim commits before this resolves.
+   */
   async #begin(
     workflow: Workflow,
     ref: KeyRef,
     input: unknown,
     options: RunOptions,
+    fold: boolean,
   ): Promise<
     | { kind: 'executing'; done: Promise<Settled>; resumed: boolean }
     | { kind: 'settled'; settled: Settled }
@@ -305,30 +313,35 @@ export class Engine {
     const inputText = toJsonText(parsed.data, `input of workflow '${definition.name}'`);
     const fingerprint =
       options.fingerprint ?? purposeFingerprint(definition.name, parsed.data, options.exclude ? { exclude: options.exclude } : {});
-    const claim = await this.#db(`starting workflow '${definition.name}'`, () =>
-      claimKey(
-        this.sql,
+    const action = `starting workflow '${definition.name}'`;
+    const opening = fold ? await this.#db(action, () => Transaction.begin(this.sql)) : undefined;
+    let claim;
+    try {
+      claim = await claimKey(
+        opening?.sql ?? this.sql,
         this.clock,
         { ...ref, fingerprint, kind: 'run', name: definition.name },
         {
           leaseMs: this.leaseMs,
-          alsoInsert: insertRunMetadata({
-            ...ref,
-            workflow: definition.name,
-            version: definition.version,
-            input: inputText,
-          }),
+          alsoInsert: insertRunMetadata({ ...ref, workflow: definition.name, version: definition.version, input: inputText }),
         },
-      ),
-    );
+      );
+    } catch (error) {
+      opening?.abandon();
+      throw translateDatabaseError(error, action);
+    }
+    if (claim.state === 'owned' && !claim.resumed) {
+      const lease = claim.lease;
+      const done = this.#track(lease, () => this.#execute(lease, definition, parsed.data, new Map(), opening));
+      return { kind: 'executing', done, resumed: false };
+    }
+    if (claim.state === 'owned') {
+      if (opening) await this.#db(action, () => opening.commit());
+      const lease = claim.lease;
+      return { kind: 'executing', done: this.#track(lease, () => this.#resumeOwned(lease)), resumed: true };
+    }
+    opening?.abandon();
     switch (claim.state) {
-      case 'owned': {
-        const lease = claim.lease;
-        const done = claim.resumed
-          ? this.#track(lease, () => this.#resumeOwned(lease))
-          : this.#track(lease, () => this.#execute(lease, definition, parsed.data, new Map()));
-        return { kind: 'executing', done, resumed: claim.resumed };
-      }
       case 'replay':
         return { kind: 'settled', settled: settledFromRow(replayFields(claim.outcome)) };
       case 'in_progress':
@@ -390,10 +403,11 @@ export class Engine {
     workflow: Workflow,
     input: unknown,
     finished: Map<string, FinishedStep>,
+    opening?: Transaction,
   ): Promise<Settled> {
     const id = idOf(lease);
     const root = rootKey(lease.scope, lease.key);
-    let state = new RunState(this.#deps, lease, root, finished);
+    let state = new RunState(this.#deps, lease, root, finished, opening);
     try {
       this.#states.set(id, state);
       let settled = await executeRun(state, workflow, input, this.#extensions);
@@ -424,8 +438,9 @@ export class Engine {
   }
 
   async #beat(): Promise<void> {
-    if (this.#states.size === 0) return;
-    const states = [...this.#states.values()];
+    // A run whose start has not committed yet has no row to extend.
+    const states = [...this.#states.values()].filter((state) => !state.opening);
+    if (states.length === 0) return;
     try {
       const held = await heartbeatRuns(this.sql, this.clock, states.map((state) => state.lease), this.leaseMs);
       const alive = new Set(held.map(idOf));

@@ -38,6 +38,20 @@ export async function executeRun(
   input: unknown,
   extensions: readonly StepHandleExtension[] = [],
 ): Promise<Settled> {
+  try {
+    return await execute(state, workflow, input, extensions);
+  } finally {
+    // A start still uncommitted here means the run failed before its first write.
+    await state.takeOpening()?.rollback();
+  }
+}
+
+async function execute(
+  state: RunState,
+  workflow: Workflow,
+  input: unknown,
+  extensions: readonly StepHandleExtension[],
+): Promise<Settled> {
   const what = `workflow '${workflow.name}' v${workflow.version}`;
   let outcome: { ok: boolean; body: string };
   try {
@@ -45,7 +59,11 @@ export async function executeRun(
     state.throwIfStopped();
     outcome = { ok: true, body: encodeChecked(value, workflow.output, `The result of ${what}`) };
   } catch (error) {
-    if (error instanceof RunStopped || state.stopReason) return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
+    if (error instanceof RunStopped || state.stopReason) {
+      // Stopped before its first write: the start commits, so another process can take the run over.
+      await state.takeOpening()?.commit().catch(() => undefined);
+      return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
+    }
     if (classifyError(error) !== 'stored') return fail(state, error);
     outcome = { ok: false, body: toJsonText(serializeError(error), 'error') };
   }
@@ -54,12 +72,14 @@ export async function executeRun(
   try {
     const complete = (q: Transaction['sql'] | RunState['deps']['sql']) =>
       completeStatement(q, state.deps.clock, state.lease, outcome, state.deps.retentionMs);
-    if (state.pending.length === 0) {
+    const opening = state.takeOpening();
+    if (state.pending.length === 0 && !opening) {
       await complete(state.deps.sql);
     } else {
-      const transaction = await Transaction.begin(state.deps.sql);
+      const transaction = opening ?? (await Transaction.begin(state.deps.sql));
+      const rows = state.takePending();
       await transaction.commit(
-        insertStepRowsStatement(transaction.sql, state.deps.clock, state.lease, state.takePending()),
+        ...(rows.length ? [insertStepRowsStatement(transaction.sql, state.deps.clock, state.lease, rows)] : []),
         complete(transaction.sql),
       );
     }

@@ -5,6 +5,7 @@
  */
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
+import type { Transaction } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { childKey } from '../keys/derive.js';
 import type { Lease } from '../ledger/types.js';
@@ -26,15 +27,35 @@ export class RunState {
   readonly finished: Map<string, FinishedStep>;
   /** Records (ctx.now, ctx.uuid) that go out with the next commit. */
   pending: StepRow[] = [];
+  /**
+   * The open transaction that holds the run's uncommitted start (its claim),
+   * when the start is folded into the first step: that step's commit is the
+   * run's first. Undefined once the start has committed.
+   */
+  opening: Transaction | undefined;
   readonly #used = new Set<string>();
   readonly #controller = new AbortController();
   #stopReason: StopReason | undefined;
 
-  constructor(deps: RunDeps, lease: Lease, rootKey: string, finished: Map<string, FinishedStep>) {
+  constructor(
+    deps: RunDeps,
+    lease: Lease,
+    rootKey: string,
+    finished: Map<string, FinishedStep>,
+    opening?: Transaction,
+  ) {
     this.deps = deps;
     this.lease = lease;
     this.rootKey = rootKey;
     this.finished = finished;
+    this.opening = opening;
+  }
+
+  /** Takes the open start transaction, if any: the caller now commits it. */
+  takeOpening(): Transaction | undefined {
+    const opening = this.opening;
+    this.opening = undefined;
+    return opening;
   }
 
   get signal(): AbortSignal {

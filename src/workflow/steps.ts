@@ -1,15 +1,18 @@
 /**
  * Executing steps.
  *
- *   tx     BEGIN; SAVEPOINT; fn(tx); INSERT step row (fenced by the run's lease); COMMIT
- *          — the savepoint is sent with fn's first statement, the step row with
- *          COMMIT: a one-statement step costs two round trips.
+ *   tx     BEGIN; fn(tx); INSERT step row (fenced by the run's lease); COMMIT
+ *          — BEGIN is sent with fn's first statement, the step row with COMMIT:
+ *          a one-statement step costs two round trips. The first step of a
+ *          new run also carries the run's start (its claim) in the same
+ *          transaction, behind a savepoint, so the start costs no commit of
+ *          its own.
  *   call   fn(key, signal) outside any transaction; then one fenced INSERT.
  *
  * A finished step replays from the ledger without running. A deterministic
- * error is recorded as the step's outcome (with fn's writes rolled back to the
- * savepoint) and thrown again on every replay. Retryable errors are retried by
- * the step's policy.
+ * error rolls fn's writes back and is recorded as the step's outcome (one
+ * fenced INSERT), then thrown again on every replay. Retryable errors are
+ * retried by the step's policy.
  */
 import { drizzleOn } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
@@ -104,42 +107,63 @@ export async function commitFailed(state: RunState, key: string, error: unknown)
   throw translateDatabaseError(error, `recording step ${key}`);
 }
 
+/**
+ * The transaction a step writes in: the run's open start (behind a savepoint,
+ * so that a failing step keeps the start) or a new one.
+ */
+async function stepTransaction(state: RunState, instance: string): Promise<{ transaction: Transaction; folded: boolean }> {
+  const opening = state.takeOpening();
+  if (opening) {
+    opening.pipeline('savepoint stepkey_start');
+    return { transaction: opening, folded: true };
+  }
+  try {
+    return { transaction: await Transaction.begin(state.deps.sql), folded: false };
+  } catch (error) {
+    throw translateDatabaseError(error, `starting step '${instance}'`);
+  }
+}
+
+/** Ends a step transaction that failed: the run's start, if it was carried, still commits. */
+async function abandonStep(transaction: Transaction, folded: boolean): Promise<void> {
+  if (!folded) return transaction.rollback();
+  try {
+    await transaction.sql.unsafe('rollback to savepoint stepkey_start');
+    await transaction.commit();
+  } catch (error) {
+    await transaction.rollback();
+    throw translateDatabaseError(error, 'recording the start of a run');
+  }
+}
+
 export function runTxStep(
   target: StepTarget,
   fn: (db: ReturnType<typeof drizzleOn>, context: TxContext) => Promise<unknown>,
 ): Promise<unknown> {
   const { state, declaration } = target;
-  let transaction: Transaction | undefined;
-  let rows: StepRow[] = [];
+  let succeeded: Transaction | undefined;
   return runStep(
     target,
     async (key, attempt, instance) => {
-      transaction = await Transaction.begin(state.deps.sql).catch((error: unknown) => {
-        throw translateDatabaseError(error, `starting step '${instance}'`);
-      });
+      const { transaction, folded } = await stepTransaction(state, instance);
       const tx = transaction.sql;
-      const savepoint = transaction.pipeline('savepoint stepkey_step');
       try {
         const value = await fn(drizzleOn(tx), { sql: tx, key, attempt });
-        await savepoint;
-        return { ok: true, body: encodeChecked(value, declaration.output, `The output of step '${instance}'`) };
+        const body = encodeChecked(value, declaration.output, `The output of step '${instance}'`);
+        succeeded = transaction;
+        return { ok: true, body };
       } catch (error) {
-        const kind = classifyError(error);
-        if (kind === 'stored' && !(error instanceof RunStopped)) {
-          await tx.unsafe('rollback to savepoint stepkey_step');
-          return { ok: false, error };
-        }
-        await transaction.rollback();
-        transaction = undefined;
+        await abandonStep(transaction, folded);
         return { ok: false, error };
       }
     },
     async (row) => {
-      const open = transaction!;
-      transaction = undefined;
-      rows = [...state.takePending(), row];
+      const open = succeeded;
+      succeeded = undefined;
+      const rows = [...state.takePending(), row];
       try {
-        await open.commit(insertStepRowsStatement(open.sql, state.deps.clock, state.lease, rows));
+        if (open) await open.commit(insertStepRowsStatement(open.sql, state.deps.clock, state.lease, rows));
+        else await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
       } catch (error) {
         return commitFailed(state, row.key, error);
       }
@@ -191,14 +215,22 @@ export function runCallStep(target: StepTarget, fn: (context: CallContext) => Pr
   );
 }
 
-/** Makes recorded values (ctx.now, ctx.uuid) durable before anything leaves the process. */
+/**
+ * Makes the run's start and its recorded values (ctx.now, ctx.uuid) durable
+ * before anything leaves the process.
+ */
 export async function flushPending(state: RunState): Promise<void> {
-  if (state.pending.length === 0) return;
+  const opening = state.takeOpening();
+  if (state.pending.length === 0 && !opening) return;
   const rows = state.takePending();
   try {
-    await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
+    if (opening) {
+      await opening.commit(...(rows.length ? [insertStepRowsStatement(opening.sql, state.deps.clock, state.lease, rows)] : []));
+    } else {
+      await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
+    }
   } catch (error) {
-    await commitFailed(state, rows[0]!.key, error);
+    await commitFailed(state, rows[0]?.key ?? state.lease.key, error);
     state.stop('conflict');
     throw new RunStopped('conflict');
   }

@@ -3,9 +3,11 @@
  * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs).
  */
 import { ledgerBench } from './ledger.bench.js';
+import { workflowBench } from './workflow.bench.js';
 
 const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
   ledger: ledgerBench,
+  workflow: workflowBench,
 };
 
 const wanted = process.argv.slice(2);

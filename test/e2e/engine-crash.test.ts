@@ -78,9 +78,17 @@ describe('a run killed at every step boundary', () => {
     const cases = faultPoints.flatMap((fault) =>
       (['retry', 'sweeper'] as const).map((resumeBy) => ({ fault, resumeBy, scope: 'tenant-a', key: uniqueKey('crash') })),
     );
-    const crashed = cases.map((c) => spawn(['run', c.scope, c.key], c.fault));
+    // Resumed by retry: engine.run(), whose start commits with the first step (a run killed
+    // before it left nothing, and the retry starts it). Resumed by the sweeper: engine.start(),
+    // whose start commits first, so even a run killed before its first step is there to resume.
+    const crashed = cases.map((c) => spawn([c.resumeBy === 'retry' ? 'run' : 'start', c.scope, c.key], c.fault));
     const exits = await Promise.all(crashed.map((child) => child.exited));
     exits.forEach((exit, i) => expect(exit.signal, `${cases[i]!.fault} should have killed the run`).toBe('SIGKILL'));
+
+    // engine.run() killed before its first step committed: nothing of the run exists.
+    const beforeFirst = cases.find((c) => c.resumeBy === 'retry' && c.fault === 'engine.before-step:reserve.v1')!;
+    expect(await db().sql`select 1 from stepkey.ledger where scope = ${beforeFirst.scope} and key = ${beforeFirst.key}`).toHaveLength(0);
+    expect(await effects(beforeFirst.scope, beforeFirst.key)).toEqual({ reservations: 0, charges: 0, shipments: 0 });
 
     const sweeper = spawn(['sweep']);
     await sweeper.waitFor(/SWEEPER READY/);

@@ -251,8 +251,10 @@ describe('workflow procedures', () => {
   it('answers 409 while the run is in progress, and stores and replays a deterministic workflow error', async () => {
     const key = uniqueKey('slow-run');
     const held = gate(key);
+    const entered = counters.place;
     const slow = post(url, 'orders.place', { sku: 'slow', quantity: 1, gate: key }, keyed(key));
-    await expect.poll(async () => (await db().sql`select 1 from stepkey.ledger where key = ${key}`).length, { timeout: 10_000 }).toBe(1);
+    // The run's first step is parked on the gate (its start is not even committed yet).
+    await expect.poll(() => counters.place, { timeout: 10_000 }).toBe(entered + 1);
     const busy = await post(url, 'orders.place', { sku: 'slow', quantity: 1, gate: key }, keyed(key));
     expect(busy.status).toBe(409);
     held.open();

@@ -3,6 +3,8 @@
  * stand-in payment service, another tx step — and a process that runs it.
  *
  *   node --import tsx crash-workflow.ts run   <db> <payments> <scope> <key>   runs it, prints RESULT <json>
+ *   node --import tsx crash-workflow.ts start <db> <payments> <scope> <key>   the same through engine.start(), whose
+ *                                                                            start commits before the first step
  *   node --import tsx crash-workflow.ts sweep <db> <payments>                 resumes expired runs until killed
  *
  * Fault points arrive in STEPKEY_FAULTS; lease and sweep interval in
@@ -58,11 +60,15 @@ async function main(): Promise<void> {
   const database = connect(url, { max: 4 });
   const workflow = crashOrder(paymentsUrl);
   const engine = createEngine({ database, workflows: [workflow], onError: () => {} });
-  if (mode === 'run') {
+  if (mode === 'run' || mode === 'start') {
     process.once('SIGTERM', () => {
       void engine.shutdown().then(() => process.exit(0));
     });
-    const result = await engine.run(workflow, { scope, key }, { sku: 'sku-1', quantity: 2 });
+    const input = { sku: 'sku-1', quantity: 2 };
+    const result =
+      mode === 'run'
+        ? await engine.run(workflow, { scope, key }, input)
+        : await (await engine.start(workflow, { scope, key }, input)).result();
     console.log(`RESULT ${JSON.stringify(result)}`);
     await engine.shutdown();
     await database.close();
