@@ -4,10 +4,16 @@
  */
 import { ledgerBench } from './ledger.bench.js';
 import { workflowBench } from './workflow.bench.js';
+import { trpcBench } from './trpc.bench.js';
+import { outboxBench } from './outbox.bench.js';
+import { recoveryBench } from './recovery.bench.js';
 
 const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
   ledger: ledgerBench,
   workflow: workflowBench,
+  trpc: trpcBench,
+  outbox: outboxBench,
+  recovery: recoveryBench,
 };
 
 const wanted = process.argv.slice(2);
