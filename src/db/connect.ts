@@ -8,6 +8,7 @@ import { PostgresJsSession, PostgresJsTransaction } from 'drizzle-orm/postgres-j
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
 import type { TxSql } from './transaction.js';
+import { connectReportingCleanClose } from './socket.js';
 
 export type Sql = postgres.Sql;
 /** Anything that runs a query: the pool, a reserved connection or a transaction. */
@@ -38,6 +39,8 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
     idle_timeout: 30,
     connect_timeout: 10,
     connection: { application_name: options.applicationName ?? 'stepkey' },
+    // Not in postgres.js's types, but supported: see socket.ts for why.
+    ...({ socket: connectReportingCleanClose } as object),
   });
   // drizzle configures the pool's timestamp parsers once, here.
   const db = drizzle({ client: sql });

@@ -20,6 +20,13 @@ export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepo
 
 type Pending = postgres.PendingQuery<postgres.Row[]>;
 
+/** The parts of a postgres.js Query that a transaction follows (see the note on Transaction). */
+interface TrackedQuery {
+  executed: boolean;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
 function quiet<T extends Promise<unknown>>(query: T): T {
   query.catch(() => {});
   return query;
@@ -31,19 +38,24 @@ function connectionClosed(): Error {
 
 /**
  * postgres.js 3.4 crashes the process (porsager/postgres#1208) when a query is
- * sent on a reserved connection whose socket has closed, and corrupts its pool
- * if such a connection is released. So the transaction learns of the close
- * the way `sql.begin` does — through the `onexecute` hook of its BEGIN, which
- * hands over the connection so that its `onclose` can be set — refuses
- * further queries, and leaves the dead connection to the pool, which has
- * already taken it back.
+ * sent on a reserved connection whose socket has closed, leaves a query sent
+ * just before such a close (after the socket's error) pending forever, and
+ * corrupts its pool if such a connection is released. So the transaction
+ * learns of the close the way `sql.begin` does — through the `onexecute` hook
+ * of its BEGIN, which hands over the connection so that its `onclose` can be
+ * set — then rejects its queries still in flight, refuses further ones, and
+ * leaves the dead connection to the pool, which has already taken it back.
  */
 export class Transaction {
   readonly sql: TxSql;
+  /** true once COMMIT has been answered. */
+  committed = false;
   #connection: postgres.ReservedSql;
   #open = true;
   #dead = false;
   #savepoints = 0;
+  /** Queries made through this transaction and not settled yet. */
+  readonly #inFlight = new Set<TrackedQuery>();
 
   private constructor(connection: postgres.ReservedSql) {
     this.#connection = connection;
@@ -55,12 +67,10 @@ export class Transaction {
     const connection = await pool.reserve();
     const transaction = new Transaction(connection);
     const onexecute = (internal: { onclose?: () => void }) => {
-      internal.onclose = () => {
-        transaction.#dead = true;
-      };
+      internal.onclose = () => transaction.#died();
       return true;
     };
-    quiet(connection.unsafe('begin', [], { onexecute } as never).execute());
+    quiet(transaction.#track(connection.unsafe('begin', [], { onexecute } as never)).execute());
     return transaction;
   }
 
@@ -80,7 +90,7 @@ export class Transaction {
     try {
       if (this.#dead) throw connectionClosed();
       const sent = last.map((query) => quiet(query.execute()));
-      const commit = quiet(this.#connection.unsafe('commit').execute());
+      const commit = quiet(this.sql.unsafe('commit').execute());
       const settled = await Promise.allSettled([...sent, commit]);
       const failed = settled.find((result) => result.status === 'rejected');
       if (failed) throw (failed as PromiseRejectedResult).reason;
@@ -91,6 +101,7 @@ export class Transaction {
           'The transaction was aborted by an earlier failed statement (caught without a savepoint) and rolled back.',
         );
       }
+      this.committed = true;
       return settled.slice(0, -1).map((result) => (result as PromiseFulfilledResult<unknown>).value) as never;
     } finally {
       this.#release();
@@ -102,7 +113,7 @@ export class Transaction {
     if (!this.#open) return;
     this.#open = false;
     try {
-      if (!this.#dead) await this.#connection.unsafe('rollback');
+      if (!this.#dead) await this.sql.unsafe('rollback');
     } catch {
       // The connection is gone: so is the transaction.
     } finally {
@@ -110,16 +121,46 @@ export class Transaction {
     }
   }
 
-  /** Rolls back without waiting: the connection serves its next user after the ROLLBACK. */
+  /**
+   * Rolls back without making the caller wait. The connection goes back to
+   * the pool only once the ROLLBACK has been answered: postgres.js sends a
+   * query a microtask after it is issued, so a connection released at once
+   * could carry this ROLLBACK into its next user's transaction.
+   */
   abandon(): void {
     if (!this.#open) return;
     this.#open = false;
-    if (!this.#dead) quiet(this.#connection.unsafe('rollback').execute());
-    this.#release();
+    if (this.#dead) return;
+    const release = () => this.#release();
+    this.sql.unsafe('rollback').then(release, release);
   }
 
   #release(): void {
+    this.#inFlight.clear();
     if (!this.#dead) this.#connection.release();
+  }
+
+  #died(): void {
+    this.#dead = true;
+    for (const query of this.#inFlight) if (query.executed) query.reject(connectionClosed());
+    this.#inFlight.clear();
+  }
+
+  /** Follows a query until it settles (fragments, never executed, are never touched). */
+  #track<T>(query: T): T {
+    const candidate = query as unknown as TrackedQuery;
+    if (!candidate || typeof candidate.reject !== 'function' || typeof candidate.resolve !== 'function') return query;
+    const { resolve, reject } = candidate;
+    candidate.resolve = (value) => {
+      this.#inFlight.delete(candidate);
+      return resolve(value);
+    };
+    candidate.reject = (error) => {
+      this.#inFlight.delete(candidate);
+      return reject(error);
+    };
+    this.#inFlight.add(candidate);
+    return query;
   }
 
   #ensureOpen(): void {
@@ -135,7 +176,7 @@ export class Transaction {
       <A extends unknown[], R>(fn: (...args: A) => R) =>
       (...args: A): R => {
         check();
-        return fn(...args);
+        return this.#track(fn(...args));
       };
     const sql = guard(connection as unknown as (...args: unknown[]) => unknown);
     return Object.assign(sql, {

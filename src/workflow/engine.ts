@@ -153,7 +153,7 @@ export class Engine {
       key: ref.key,
       rootKey: rootKey(ref.scope, ref.key),
       started: begun.kind === 'executing' && !begun.resumed,
-      result: () => this.#result(workflow, ref) as Promise<WorkflowResult<W>>,
+      result: () => this.#result(workflow, ref, begun.fingerprint) as Promise<WorkflowResult<W>>,
     };
   }
 
@@ -177,18 +177,32 @@ export class Engine {
     }
   }
 
-  /** Runs the workflow to its result (waiting for a run that executes elsewhere). */
+  /**
+   * Runs the workflow to its result. A run that executes elsewhere is waited
+   * for, claiming again every so often: a mismatch, a replay or — once its
+   * lease has run out — a takeover are answered as they come.
+   */
   async run<W extends Workflow>(
     workflow: W,
     ref: KeyRef,
     input: InputOf<W>,
     options: RunOptions = {},
   ): Promise<WorkflowResult<W>> {
-    const begun = await this.#begin(workflow, ref, input, options, true);
-    if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
-    let settled = begun.kind === 'settled' ? begun.settled : begun.kind === 'executing' ? await begun.done : undefined;
-    if (!settled || (settled.state === 'stopped' && settled.reason !== 'shutting_down')) settled = await this.#waitFor(ref);
-    return this.#unwrap(workflow, ref, settled) as WorkflowResult<W>;
+    for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
+      const begun = await this.#begin(workflow, ref, input, options, true);
+      if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
+      if (begun.kind === 'settled') return this.#unwrap(workflow, ref, begun.settled) as WorkflowResult<W>;
+      if (begun.kind === 'executing') {
+        const settled = await begun.done;
+        if (settled.state !== 'stopped' || settled.reason === 'shutting_down') {
+          return this.#unwrap(workflow, ref, settled) as WorkflowResult<W>;
+        }
+        continue; // another process has it now
+      }
+      const local = this.#running.get(idOf(ref));
+      if (local) await local.catch(() => undefined);
+      else await new Promise((resolve) => setTimeout(resolve, Math.max(20, Math.min(begun.retryAfterMs, delay))));
+    }
   }
 
   /** Continues a run that failed, or whose process died, from its last finished step. */
@@ -294,9 +308,9 @@ export class Engine {
     options: RunOptions,
     fold: boolean,
   ): Promise<
-    | { kind: 'executing'; done: Promise<Settled>; resumed: boolean }
-    | { kind: 'settled'; settled: Settled }
-    | { kind: 'in_progress'; retryAfterMs: number }
+    | { kind: 'executing'; done: Promise<Settled>; resumed: boolean; fingerprint: string }
+    | { kind: 'settled'; settled: Settled; fingerprint: string }
+    | { kind: 'in_progress'; retryAfterMs: number; fingerprint: string }
     | { kind: 'mismatch'; existing: { kind: LedgerKind; name: string | null } }
   > {
     if (this.#closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
@@ -333,19 +347,19 @@ export class Engine {
     if (claim.state === 'owned' && !claim.resumed) {
       const lease = claim.lease;
       const done = this.#track(lease, () => this.#execute(lease, definition, parsed.data, new Map(), opening));
-      return { kind: 'executing', done, resumed: false };
+      return { kind: 'executing', done, resumed: false, fingerprint };
     }
     if (claim.state === 'owned') {
       if (opening) await this.#db(action, () => opening.commit());
       const lease = claim.lease;
-      return { kind: 'executing', done: this.#track(lease, () => this.#resumeOwned(lease)), resumed: true };
+      return { kind: 'executing', done: this.#track(lease, () => this.#resumeOwned(lease)), resumed: true, fingerprint };
     }
     opening?.abandon();
     switch (claim.state) {
       case 'replay':
-        return { kind: 'settled', settled: settledFromRow(replayFields(claim.outcome)) };
+        return { kind: 'settled', settled: settledFromRow(replayFields(claim.outcome)), fingerprint };
       case 'in_progress':
-        return { kind: 'in_progress', retryAfterMs: claim.retryAfterMs };
+        return { kind: 'in_progress', retryAfterMs: claim.retryAfterMs, fingerprint };
       case 'mismatch':
         return { kind: 'mismatch', existing: claim.existing };
     }
@@ -439,7 +453,7 @@ export class Engine {
 
   async #beat(): Promise<void> {
     // A run whose start has not committed yet has no row to extend.
-    const states = [...this.#states.values()].filter((state) => !state.opening);
+    const states = [...this.#states.values()].filter((state) => !state.startPending);
     if (states.length === 0) return;
     try {
       const held = await heartbeatRuns(this.sql, this.clock, states.map((state) => state.lease), this.leaseMs);
@@ -454,7 +468,7 @@ export class Engine {
    * Waits until a run settles: here, or elsewhere. A run whose process died
    * (its lease ran out) is taken over and resumed by the waiter itself.
    */
-  async #waitFor(ref: KeyRef): Promise<Settled> {
+  async #waitFor(ref: KeyRef, fingerprint: string): Promise<Settled> {
     for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
       const local = this.#running.get(idOf(ref));
       if (local) {
@@ -464,6 +478,7 @@ export class Engine {
       }
       const row = await this.#db('reading a run', () => readRow(this.sql, ref));
       if (!row) throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'.`);
+      if (row.fingerprint !== fingerprint) throw mismatchError(ref, { kind: row.kind, name: row.name });
       if (row.status !== 'in_progress') return settledFromRow(row);
       const leaseLeftMs = (row.lockedUntil ?? 0) - (Date.now() + this.clock.offsetMs);
       if (leaseLeftMs <= 0 && !this.#closing) {
@@ -476,8 +491,8 @@ export class Engine {
     }
   }
 
-  async #result(workflow: Workflow, ref: KeyRef): Promise<unknown> {
-    return this.#unwrap(workflow, ref, await this.#waitFor(ref));
+  async #result(workflow: Workflow, ref: KeyRef, fingerprint: string): Promise<unknown> {
+    return this.#unwrap(workflow, ref, await this.#waitFor(ref, fingerprint));
   }
 
   #toAttempt<R>(workflow: Workflow | undefined, settled: Settled, replayed: boolean): RunAttempt<R> {

@@ -33,6 +33,8 @@ export class RunState {
    * run's first. Undefined once the start has committed.
    */
   opening: Transaction | undefined;
+  /** The transaction that carries the run's start, kept to know whether it has committed. */
+  readonly #start: Transaction | undefined;
   readonly #used = new Set<string>();
   readonly #controller = new AbortController();
   #stopReason: StopReason | undefined;
@@ -49,6 +51,12 @@ export class RunState {
     this.rootKey = rootKey;
     this.finished = finished;
     this.opening = opening;
+    this.#start = opening;
+  }
+
+  /** Whether the run's row exists for others yet (its start has committed). */
+  get startPending(): boolean {
+    return this.#start !== undefined && !this.#start.committed;
   }
 
   /** Takes the open start transaction, if any: the caller now commits it. */

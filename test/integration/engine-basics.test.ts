@@ -91,6 +91,17 @@ describe('engine basics', () => {
     await expect(engine.run(order, ref, { sku: 'b', quantity: 1 })).rejects.toMatchObject({ code: 'mismatch' });
   });
 
+  it('never answers a mismatch with the stored outcome, even right after an abandoned claim', async () => {
+    // A mismatch's claim rolls back after its answer; a call right behind it may
+    // meet that transaction's lock for a moment, and must still get a mismatch.
+    for (let i = 0; i < 60; i += 1) {
+      const ref = { scope: 'acme', key: uniqueKey('behind') };
+      await engine.run(order, ref, { sku: 'a', quantity: 1 });
+      expect((await engine.attempt(order, ref, { sku: 'b', quantity: 1 })).state).toBe('mismatch');
+      await expect(engine.run(order, ref, { sku: 'b', quantity: 1 })).rejects.toMatchObject({ code: 'mismatch' });
+    }
+  });
+
   it('stores a non-retryable error and replays it', async () => {
     let runs = 0;
     const refuse = defineWorkflow({
