@@ -1,0 +1,34 @@
+/**
+ * `stepkey migrate`: applies stepkey's migrations, graphile-worker's, and the
+ * app module's own (its `migrations` export) under one advisory lock.
+ * Idempotent: what is applied already is skipped.
+ */
+import { migrate } from '../../db/migrate.js';
+import { loadAppModule } from '../app-module.js';
+import { describeUrl, type Command } from '../context.js';
+import { ExitCode } from '../errors.js';
+
+export const migrateCommand: Command = {
+  name: 'migrate',
+  summary: "apply stepkey's, graphile-worker's and the app's migrations",
+  description: `
+Applies stepkey's own migrations, graphile-worker's schema and, if the app
+module exports \`migrations\` (an array of { folder, schema?, table? } drizzle-kit
+output folders; relative folders resolve against the working directory), the
+app's migrations after them. Concurrent migrators wait for each other; running
+it again applies nothing new.`,
+  positionals: [],
+  options: {},
+  async run(context) {
+    const url = context.databaseUrl();
+    const app = await loadAppModule(context, { required: false });
+    const appMigrations = (app?.migrations ?? []).map((entry) => ({ ...entry, folder: context.resolvePath(entry.folder) }));
+    await migrate(url, { app: appMigrations });
+    if (context.json) {
+      context.printJson({ migrated: true, database: describeUrl(url), app: appMigrations.map((entry) => entry.folder) });
+    } else {
+      context.line(`Migrated ${describeUrl(url)}: stepkey, graphile_worker${appMigrations.length ? `, ${appMigrations.length} app folder(s)` : ''}.`);
+    }
+    return ExitCode.ok;
+  },
+};

@@ -1,0 +1,50 @@
+/**
+ * `stepkey worker`: runs graphile-worker with the app's effect consumers, the
+ * sweeper that resumes runs whose process died, the dead-pool unlock and the
+ * purge cron, until SIGTERM or SIGINT (then it drains and exits 0).
+ */
+import { runWorker } from '../../worker/run-worker.js';
+import { loadAppModule } from '../app-module.js';
+import { positiveIntFlag } from '../args.js';
+import { describeUrl, type Command } from '../context.js';
+import { plural } from '../format.js';
+
+export const workerCommand: Command = {
+  name: 'worker',
+  summary: 'consume effects and resume crashed runs until SIGTERM/SIGINT',
+  description: `
+Starts a worker for the app module's workflows and effects: graphile-worker
+runs the effect consumers, a sweeper resumes runs whose lease expired, jobs of
+dead workers are unlocked, and expired keys are purged every minute. Prints the
+worker pool's id (the id its jobs are locked under). On SIGTERM or SIGINT it
+stops taking work, lets jobs in flight finish, releases run leases and exits 0.
+Lease length: STEPKEY_LEASE_MS (default 8000).`,
+  positionals: [],
+  options: {
+    concurrency: { type: 'string', value: 'N', description: 'jobs run at once (default 10)' },
+  },
+  async run(context, parsed) {
+    const concurrency = positiveIntFlag(parsed.values, 'concurrency', 'worker');
+    const url = context.databaseUrl();
+    const app = await loadAppModule(context, { required: true });
+    const worker = await runWorker({
+      database: url,
+      workflows: app.workflows,
+      effects: app.effects,
+      handleSignals: true,
+      ...(concurrency === undefined ? {} : { concurrency }),
+      onError: (error, where) => context.warn(`stepkey worker: ${where}: ${error instanceof Error ? error.message : String(error)}`),
+    });
+    if (context.json) {
+      context.io.stdout(`${JSON.stringify({ poolId: worker.poolId, workflows: app.workflows.length, effects: app.effects.length })}\n`);
+    } else {
+      context.line(
+        `stepkey worker pool ${worker.poolId} running on ${describeUrl(url)}: ` +
+          `${plural(app.workflows.length, 'workflow version')}, ${plural(app.effects.length, 'effect')}, ` +
+          `concurrency ${concurrency ?? 10}. Stop with SIGTERM or Ctrl-C.`,
+      );
+    }
+    // runWorker's signal handlers stop the worker and exit the process.
+    return new Promise<number>(() => {});
+  },
+};

@@ -1,0 +1,50 @@
+/**
+ * Running the CLI in-process for tests: `main(argv)` with captured stdout and
+ * stderr, the test database as DATABASE_URL and a working directory of the
+ * test's choosing.
+ */
+import { fileURLToPath } from 'node:url';
+import { main } from '../../src/cli/main.js';
+
+export interface CliResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+  /** stdout parsed as JSON (for --json runs). */
+  json<T = any>(): T;
+}
+
+export interface CliOptions {
+  /** DATABASE_URL for the run (undefined: none). */
+  databaseUrl?: string;
+  cwd?: string;
+  env?: Record<string, string | undefined>;
+}
+
+/** Absolute path of a test app module in test/helpers/scripts. */
+export function appModule(name: 'cli-app' | 'cli-app-changed' | 'cli-app-added'): string {
+  return fileURLToPath(new URL(`./scripts/${name}.ts`, import.meta.url));
+}
+
+export async function runCli(argv: string[], options: CliOptions = {}): Promise<CliResult> {
+  let stdout = '';
+  let stderr = '';
+  const code = await main(argv, {
+    stdout: (text) => void (stdout += text),
+    stderr: (text) => void (stderr += text),
+    env: { DATABASE_URL: options.databaseUrl, ...options.env },
+    cwd: options.cwd ?? process.cwd(),
+  });
+  return {
+    code,
+    stdout,
+    stderr,
+    json: () => {
+      try {
+        return JSON.parse(stdout);
+      } catch {
+        throw new Error(`stepkey ${argv.join(' ')} exited ${code} without JSON on stdout; stderr: ${stderr}`);
+      }
+    },
+  };
+}

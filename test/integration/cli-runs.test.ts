@@ -1,0 +1,143 @@
+/**
+ * The stepkey CLI on runs: the listing (stuck first), cancel and resume.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { appModule, runCli } from '../helpers/cli.js';
+import { completedCheckout, failedCheckout, makeInProgress } from '../helpers/cli-fixtures.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { uniqueKey } from '../helpers/ledger.js';
+import { gated, refusing, workflows } from '../helpers/scripts/cli-app.js';
+
+const db = useTestDatabase();
+const app = appModule('cli-app');
+let emptyDir = '';
+
+const cli = (argv: string[], options: { cwd?: string; offline?: boolean } = {}) =>
+  runCli(argv, { ...(options.offline ? {} : { databaseUrl: db().url }), cwd: options.cwd ?? emptyDir });
+
+beforeAll(async () => {
+  await db().sql`create table cli_gate (open boolean not null)`;
+  emptyDir = await mkdtemp(join(tmpdir(), 'stepkey-cli-'));
+});
+afterAll(() => rm(emptyDir, { recursive: true, force: true }));
+
+describe('runs', () => {
+  it('lists stuck runs first, then failed, running and the rest', async () => {
+    const scope = 'runs-list';
+    const completed = (await completedCheckout(db(), scope)).key;
+    const failed = await failedCheckout(db(), scope);
+    const running = (await completedCheckout(db(), scope)).key;
+    await makeInProgress(db(), scope, running, 300);
+    const stuck = (await completedCheckout(db(), scope)).key;
+    await makeInProgress(db(), scope, stuck, -90);
+    const newest = (await completedCheckout(db(), scope)).key;
+
+    const json = (await cli(['runs', '--scope', scope, '--json'])).json();
+    expect(json.runs.map((run: { key: string; status: string }) => [run.key, run.status])).toEqual([
+      [stuck, 'stuck'],
+      [failed, 'failed'],
+      [running, 'running'],
+      [newest, 'completed'],
+      [completed, 'completed'],
+    ]);
+    expect(json.runs[1]).toMatchObject({ resumable: true, error: { message: expect.stringContaining('mail server down') } });
+
+    const human = await cli(['runs', '--scope', scope]);
+    expect(human.code).toBe(0);
+    const lines = human.stdout.split('\n');
+    expect(lines[0]).toMatch(/^SCOPE\s+KEY\s+WORKFLOW\s+STATUS\s+ATTEMPTS\s+AGE\s+LEASE LEFT \/ LAST ERROR$/);
+    expect(lines[1]).toMatch(new RegExp(`^${scope}\\s+${stuck}\\s+cli-checkout@1\\s+stuck\\s+1\\s+.+lease expired 1m 3\\ds ago$`));
+    expect(lines[2]).toMatch(/failed \(resumable\).*mail server down/);
+    expect(lines[3]).toMatch(/running.*lease 4m \d\ds left/);
+    expect(human.stdout).toContain('1 stuck run: no worker has resumed it');
+
+    const onlyStuck = (await cli(['runs', '--status', 'stuck', '--json'])).json();
+    expect(onlyStuck.runs.map((run: { key: string }) => run.key)).toEqual([stuck]);
+    const limited = (await cli(['runs', '--scope', scope, '--limit', '2', '--workflow', 'cli-checkout', '--json'])).json();
+    expect(limited.runs).toHaveLength(2);
+    expect((await cli(['runs', '--workflow', 'nothing-like-it'])).stdout).toBe('No runs match.\n');
+  });
+});
+
+describe('cancel and resume', () => {
+  it('resumes a failed run: still failing, then completed, then already completed', async () => {
+    const scope = 'resume';
+    const key = uniqueKey('gated');
+    const engine = testEngine(db(), workflows);
+    await expect(engine.run(gated, { scope, key }, { n: 7 })).rejects.toThrow(/gate closed/);
+    await engine.shutdown();
+
+    const stillClosed = await cli(['resume', key, '--scope', scope, '--app', app]);
+    expect(stillClosed.code).toBe(1);
+    expect(stillClosed.stderr).toMatch(/^stepkey: .*gate closed.*resumable/);
+
+    await db().sql`insert into cli_gate values (true)`;
+    const resumed = await cli(['resume', key, '--scope', scope, '--app', app]);
+    expect(resumed.stderr).toBe('');
+    expect(resumed.code).toBe(0);
+    expect(resumed.stdout).toBe(`Run '${key}' in scope '${scope}' completed: 14\n`);
+    const again = await cli(['resume', key, '--scope', scope, '--app', app, '--json']);
+    expect(again.code).toBe(0);
+    expect(again.json()).toMatchObject({ state: 'completed', output: 14, replayed: true });
+    await db().sql`delete from cli_gate`;
+  });
+
+  it('resumes a stuck run (its process died): finished steps replay, the run completes', async () => {
+    const scope = 'resume-stuck';
+    const { key } = await completedCheckout(db(), scope);
+    await makeInProgress(db(), scope, key, -30);
+    const resumed = await cli(['resume', key, '--scope', scope, '--app', app, '--json']);
+    expect(resumed.stderr).toBe('');
+    expect(resumed.code).toBe(0);
+    expect(resumed.json()).toMatchObject({ state: 'completed', replayed: false, output: { paymentId: expect.stringMatching(/^pay_/) } });
+    const [row] = await db().sql`select status, attempts from stepkey.ledger where scope = ${scope} and key = ${key}`;
+    expect(row).toEqual({ status: 'completed', attempts: 2 });
+  });
+
+  it('resume exits 1 for a run that ended with an error, or is executing elsewhere, or is unknown', async () => {
+    const scope = 'resume-no';
+    const engine = testEngine(db(), workflows);
+    const key = uniqueKey('refused');
+    await expect(engine.run(refusing, { scope, key }, {})).rejects.toThrow(/refused for good/);
+    await engine.shutdown();
+    const errored = await cli(['resume', key, '--scope', scope, '--app', app]);
+    expect(errored.code).toBe(1);
+    expect(errored.stdout).toContain('ended with an error: refused for good');
+
+    const busy = (await completedCheckout(db(), scope)).key;
+    await makeInProgress(db(), scope, busy, 60);
+    const elsewhere = await cli(['resume', busy, '--scope', scope, '--app', app]);
+    expect(elsewhere.code).toBe(1);
+    expect(elsewhere.stdout).toMatch(/is executing elsewhere \(its lease ends in .*\); nothing was resumed/);
+
+    const unknown = await cli(['resume', 'nope', '--scope', scope, '--app', app]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toBe(`stepkey: No run with key 'nope' in scope '${scope}'.\n`);
+  });
+
+  it('cancels a failed run once; cancelling again or an unknown key exits 1', async () => {
+    const scope = 'cancel';
+    const key = uniqueKey('gated');
+    const engine = testEngine(db(), workflows);
+    await expect(engine.run(gated, { scope, key }, { n: 1 })).rejects.toThrow(/gate closed/);
+    await engine.shutdown();
+
+    const cancelled = await cli(['cancel', key, '--scope', scope, '--reason', 'customer asked']);
+    expect(cancelled.stderr).toBe('');
+    expect(cancelled.code).toBe(0);
+    expect(cancelled.stdout).toBe(`Cancelled run '${key}' in scope '${scope}' (was failed): customer asked.\n`);
+    const listed = (await cli(['runs', '--scope', scope, '--json'])).json();
+    expect(listed.runs[0]).toMatchObject({ key, status: 'cancelled', error: { message: 'customer asked' } });
+
+    const twice = await cli(['cancel', key, '--scope', scope]);
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toMatch(/has already ended \(cancelled\); nothing was cancelled/);
+    const unknown = await cli(['cancel', 'nope', '--scope', scope, '--json']);
+    expect(unknown.code).toBe(1);
+    expect(JSON.parse(unknown.stderr)).toMatchObject({ error: { code: 'not_found', exitCode: 1 } });
+  });
+});
