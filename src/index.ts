@@ -2,7 +2,8 @@
  * stepkey: typed workflows with step-keyed durable execution on Postgres.
  *
  * The public API. Optional parts have their own entry points:
- *   stepkey/testing   fault points, crash helpers
+ *   stepkey/trpc      the Idempotency-Key option for tRPC procedures, and the client link
+ *   stepkey/testing   the crash kit, fault points, child processes you can SIGKILL
  */
 
 // Keys and fingerprints
@@ -41,3 +42,30 @@ export type {
   OutcomeToStore,
   StoredOutcome,
 } from './ledger/types.js';
+
+// Workflows
+export { defineWorkflow, step, type Workflow, type WorkflowInput, type WorkflowResult, type StepDeclaration, type StepOptions } from './workflow/define.js';
+export type {
+  CallContext,
+  Enqueued,
+  Jsonified,
+  RunArguments,
+  RunContext,
+  StepHandle,
+  StepHandles,
+  StepUse,
+  TxContext,
+} from './workflow/handles.js';
+export { createEngine, Engine, type EngineOptions, type RunAttempt, type RunHandle, type RunOptions } from './workflow/engine.js';
+export type { RunInfo, RunStatus, StepInfo } from './workflow/run-info.js';
+export type { RetryPolicy } from './workflow/retry.js';
+export { dateField } from './workflow/schemas.js';
+
+// Effects (the outbox) and the worker
+export { defineEffect, retryHorizonMs, type Effect, type EffectContext, type EffectOptions } from './outbox/effect.js';
+export { enqueueEffect, type EnqueueOptions, type EnqueueResult } from './outbox/enqueue.js';
+export { deliverHttp, type DeliverOptions, type Delivered } from './outbox/deliver-http.js';
+export { listJobs, retryJobs, type JobRow } from './outbox/sql/jobs.js';
+export { runWorker, type Worker, type WorkerOptions } from './worker/run-worker.js';
+export { purgeExpired, type PurgeResult } from './worker/purge.js';
+export { inTransaction } from './db/transaction.js';

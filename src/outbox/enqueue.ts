@@ -5,9 +5,9 @@
  * again enqueue nothing (the same payload) or fail as a mismatch (another
  * payload). The job key is derived from the scope-rooted key, like a step's.
  */
-import type { Sql } from '../db/connect.js';
+import type { Queryable, Sql } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
-import { inTransaction, type TxSql } from '../db/transaction.js';
+import { inTransaction } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { childKey, rootKey } from '../keys/derive.js';
 import { purposeFingerprint } from '../keys/fingerprint.js';
@@ -33,11 +33,11 @@ export interface EnqueueOptions extends KeyRef {
 }
 
 /**
- * `q` is the caller's open transaction (TxSql: the job commits with it), or a
- * pool (a transaction of its own).
+ * `q` is the caller's open transaction (the job commits with it): stepkey's
+ * TxSql or postgres.js's `sql.begin` — or a pool, for a transaction of its own.
  */
 export async function enqueueEffect<Payload extends z.ZodType>(
-  q: TxSql | Sql,
+  q: Queryable,
   effect: Effect<Payload>,
   payload: z.input<Payload>,
   options: EnqueueOptions,
@@ -52,7 +52,7 @@ export async function enqueueEffect<Payload extends z.ZodType>(
     name: effect.name,
     fingerprint: purposeFingerprint(effect.name, JSON.parse(envelope).p),
   };
-  const work = async (tx: TxSql | Sql): Promise<EnqueueResult> => {
+  const work = async (tx: Queryable): Promise<EnqueueResult> => {
     const claim = await claimKey(tx, clock, request, { leaseMs: 30_000, mode: 'lock' });
     switch (claim.state) {
       case 'vacant':
@@ -67,5 +67,6 @@ export async function enqueueEffect<Payload extends z.ZodType>(
         throw new StepkeyError('in_progress', `Key '${options.key}' is being used by another transaction right now.`);
     }
   };
-  return 'begin' in q && typeof q.begin === 'function' ? inTransaction(q as Sql, work) : work(q);
+  // A pool has begin(); a transaction (stepkey's, or postgres.js's sql.begin) has not.
+  return typeof (q as Partial<Sql>).begin === 'function' ? inTransaction(q as Sql, work) : work(q);
 }
