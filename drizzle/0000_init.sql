@@ -20,6 +20,8 @@ CREATE TABLE "stepkey"."ledger" (
 	"outcome_ok" boolean,
 	"outcome_code" integer,
 	"last_error" text,
+	"version" integer,
+	"input" text,
 	"lease_token" uuid,
 	"locked_until" timestamp with time zone,
 	"expires_at" timestamp with time zone,
@@ -31,17 +33,8 @@ CREATE TABLE "stepkey"."ledger" (
 	CONSTRAINT "ledger_status_check" CHECK ("stepkey"."ledger"."status" in ('in_progress', 'completed', 'failed', 'cancelled')),
 	CONSTRAINT "ledger_kind_check" CHECK ("stepkey"."ledger"."kind" in ('request', 'run', 'step', 'effect')),
 	CONSTRAINT "ledger_outcome_check" CHECK (("stepkey"."ledger"."status" in ('completed', 'cancelled')) = ("stepkey"."ledger"."outcome" is not null and "stepkey"."ledger"."outcome_ok" is not null)),
-	CONSTRAINT "ledger_lease_check" CHECK ("stepkey"."ledger"."status" <> 'in_progress' or ("stepkey"."ledger"."lease_token" is not null and "stepkey"."ledger"."locked_until" is not null))
-);
---> statement-breakpoint
-CREATE TABLE "stepkey"."runs" (
-	"scope" text NOT NULL,
-	"key" text NOT NULL,
-	"workflow" text NOT NULL,
-	"version" integer NOT NULL,
-	"input" text NOT NULL,
-	"created_at" timestamp with time zone DEFAULT now() NOT NULL,
-	CONSTRAINT "runs_pkey" PRIMARY KEY("scope","key")
+	CONSTRAINT "ledger_lease_check" CHECK ("stepkey"."ledger"."status" <> 'in_progress' or ("stepkey"."ledger"."lease_token" is not null and "stepkey"."ledger"."locked_until" is not null)),
+	CONSTRAINT "ledger_run_check" CHECK ("stepkey"."ledger"."kind" = 'run' or ("stepkey"."ledger"."version" is null and "stepkey"."ledger"."input" is null))
 );
 --> statement-breakpoint
 CREATE TABLE "stepkey"."worker_pools" (
@@ -53,9 +46,7 @@ CREATE TABLE "stepkey"."worker_pools" (
 	"stopped_at" timestamp with time zone
 );
 --> statement-breakpoint
-ALTER TABLE "stepkey"."runs" ADD CONSTRAINT "runs_ledger_fk" FOREIGN KEY ("scope","key") REFERENCES "stepkey"."ledger"("scope","key") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "inbox_expiry_idx" ON "stepkey"."inbox" USING btree ("expires_at");--> statement-breakpoint
 CREATE INDEX "ledger_children_idx" ON "stepkey"."ledger" USING btree ("scope","parent_key") WHERE "stepkey"."ledger"."parent_key" is not null;--> statement-breakpoint
 CREATE INDEX "ledger_run_leases_idx" ON "stepkey"."ledger" USING btree ("locked_until") WHERE "stepkey"."ledger"."status" = 'in_progress' and "stepkey"."ledger"."kind" = 'run';--> statement-breakpoint
-CREATE INDEX "ledger_expiry_idx" ON "stepkey"."ledger" USING btree ("expires_at") WHERE "stepkey"."ledger"."parent_key" is null and "stepkey"."ledger"."expires_at" is not null;--> statement-breakpoint
-CREATE INDEX "runs_workflow_idx" ON "stepkey"."runs" USING btree ("workflow","version");
+CREATE INDEX "ledger_expiry_idx" ON "stepkey"."ledger" USING btree ("expires_at") WHERE "stepkey"."ledger"."parent_key" is null and "stepkey"."ledger"."expires_at" is not null;

@@ -82,12 +82,8 @@ async function derivedItems(q: Queryable, row: LedgerRow, workflows: readonly Wo
     const items = row.name && root ? [item(row.name, childKey(root, row.name), undefined, 'message')] : [];
     return { row, rootKey: root, workflow: undefined, items };
   }
-  const [children, metadata] = await Promise.all([
-    readChildren(q, row),
-    q<{ workflow: string; version: number }[]>`
-      select workflow, version from stepkey.runs where scope = ${row.scope} and key = ${row.key}`,
-  ]);
-  const workflow = metadata[0] ? { name: metadata[0].workflow, version: metadata[0].version } : undefined;
+  const children = await readChildren(q, row);
+  const workflow = row.kind === 'run' && row.version !== null ? { name: row.name ?? '', version: row.version } : undefined;
   const items = children.map((child) => item(child.name ?? '', child.key, child, 'step'));
   const definition = workflow && workflows.find((w) => w.name === workflow.name && w.version === workflow.version);
   if (definition && root) {

@@ -4,9 +4,10 @@
  *   ledger       one row per key: an API request, a workflow run, a step, an
  *                effect. Keyed by (scope, key); holds the fingerprint, the
  *                status, the stored outcome (text, so it replays byte for
- *                byte), the lease (locked_until + lease_token) and expiry.
- *   runs         what a run needs to resume: workflow name, version, input.
- *                Same key as its ledger row; deleted with it.
+ *                byte), the lease (locked_until + lease_token) and expiry. A
+ *                run's row also holds what it needs to resume: its workflow
+ *                (name), version and validated input — written in the same
+ *                INSERT as its claim, so a run never exists without them.
  *   inbox        consumer-side dedupe: (consumer, message key) of every
  *                applied effect, written in the effect's own transaction.
  *   worker_pools liveness of worker processes, so that the jobs of a dead one
@@ -18,7 +19,6 @@ import { sql } from 'drizzle-orm';
 import {
   boolean,
   check,
-  foreignKey,
   index,
   integer,
   pgSchema,
@@ -46,6 +46,8 @@ export const ledger = stepkeySchema.table(
     outcomeOk: boolean('outcome_ok'),
     outcomeCode: integer('outcome_code'),
     lastError: text('last_error'),
+    version: integer('version'),
+    input: text('input'),
     leaseToken: uuid('lease_token'),
     lockedUntil: at('locked_until'),
     expiresAt: at('expires_at'),
@@ -64,30 +66,14 @@ export const ledger = stepkeySchema.table(
       sql`(${t.status} in ('completed', 'cancelled')) = (${t.outcome} is not null and ${t.outcomeOk} is not null)`,
     ),
     check('ledger_lease_check', sql`${t.status} <> 'in_progress' or (${t.leaseToken} is not null and ${t.lockedUntil} is not null)`),
+    // Only a run carries a workflow version and an input.
+    check('ledger_run_check', sql`${t.kind} = 'run' or (${t.version} is null and ${t.input} is null)`),
     // Children of a root (a run's steps), for resume, purge and inspect.
     index('ledger_children_idx').on(t.scope, t.parentKey).where(sql`${t.parentKey} is not null`),
     // Runs whose lease may have expired, for the sweeper.
     index('ledger_run_leases_idx').on(t.lockedUntil).where(sql`${t.status} = 'in_progress' and ${t.kind} = 'run'`),
     // Finished roots by expiry, for the purge.
     index('ledger_expiry_idx').on(t.expiresAt).where(sql`${t.parentKey} is null and ${t.expiresAt} is not null`),
-  ],
-);
-
-export const runs = stepkeySchema.table(
-  'runs',
-  {
-    scope: text('scope').notNull(),
-    key: text('key').notNull(),
-    workflow: text('workflow').notNull(),
-    version: integer('version').notNull(),
-    input: text('input').notNull(),
-    createdAt: at('created_at').notNull().defaultNow(),
-  },
-  (t) => [
-    primaryKey({ name: 'runs_pkey', columns: [t.scope, t.key] }),
-    foreignKey({ name: 'runs_ledger_fk', columns: [t.scope, t.key], foreignColumns: [ledger.scope, ledger.key] })
-      .onDelete('cascade'),
-    index('runs_workflow_idx').on(t.workflow, t.version),
   ],
 );
 

@@ -9,7 +9,7 @@ import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
-import { claimRow, type AlsoInsert } from './sql/claim.js';
+import { claimRow } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimRequest, ClaimResult } from './types.js';
 
@@ -34,8 +34,6 @@ export interface ClaimOptions {
   leaseMs: number;
   /** `insert` (default) writes the claim; `lock` holds the key by advisory lock only (see sql/claim.ts). */
   mode?: 'insert' | 'lock';
-  /** An insert made in the same statement when the claim inserts its row. */
-  alsoInsert?: AlsoInsert;
 }
 
 export async function claimKey(
@@ -56,10 +54,10 @@ export async function claimKey(
   request: ClaimRequest,
   options: ClaimOptions,
 ): Promise<LockingClaimResult> {
-  const { leaseMs, mode = 'insert', alsoInsert } = options;
+  const { leaseMs, mode = 'insert' } = options;
   for (let round = 0; round < MAX_ROUNDS; round += 1) {
     const token = randomUUID();
-    const row = await claimRow(q, clock, request, token, leaseMs, mode, alsoInsert);
+    const row = await claimRow(q, clock, request, token, leaseMs, mode);
     if (!row) continue; // committed after our snapshot: read again
     const lease = { scope: request.scope, key: request.key, token };
     switch (row.state) {

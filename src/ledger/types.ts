@@ -20,6 +20,8 @@ export interface ClaimRequest extends KeyRef {
   parentKey?: string | null;
   /** Lease length for this claim (default: the ledger's). */
   leaseMs?: number;
+  /** A run's metadata, written with its claim: the workflow's version and the validated input (JSON). */
+  run?: { version: number; input: string };
 }
 
 /** A finished outcome, exactly as it was stored. */

@@ -38,7 +38,6 @@ import { RunState, type RunDeps } from './run-state.js';
 import { cancelRun } from './sql/cancel-run.js';
 import { loadRun, type FinishedStep } from './sql/load-run.js';
 import { expireRunLease, heartbeatRuns, sweepExpiredRuns } from './sql/run-leases.js';
-import { insertRunMetadata } from './sql/start-run.js';
 import { decodeValue, summarise } from './values.js';
 import { enqueueStep } from '../outbox/enqueue-step.js';
 
@@ -211,8 +210,9 @@ export class Engine {
     const row = await this.#db('reading a run', () => readRow(this.sql, ref));
     if (!row || row.kind !== 'run') throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'.`);
     const claim = await this.#db('resuming a run', () =>
-      claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs }),
+      claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
     );
+    if (claim.state === 'vacant') throw new StepkeyError('run_not_found', `Run '${ref.key}' in scope '${ref.scope}' is gone (expired).`);
     if (claim.state === 'owned') {
       const settled = await this.#track(claim.lease, () => this.#resumeOwned(claim.lease));
       return this.#toAttempt(undefined, settled, false);
@@ -334,11 +334,8 @@ export class Engine {
       claim = await claimKey(
         opening?.sql ?? this.sql,
         this.clock,
-        { ...ref, fingerprint, kind: 'run', name: definition.name },
-        {
-          leaseMs: this.leaseMs,
-          alsoInsert: insertRunMetadata({ ...ref, workflow: definition.name, version: definition.version, input: inputText }),
-        },
+        { ...ref, fingerprint, kind: 'run', name: definition.name, run: { version: definition.version, input: inputText } },
+        { leaseMs: this.leaseMs },
       );
     } catch (error) {
       opening?.abandon();
@@ -483,7 +480,7 @@ export class Engine {
       const leaseLeftMs = (row.lockedUntil ?? 0) - (Date.now() + this.clock.offsetMs);
       if (leaseLeftMs <= 0 && !this.#closing) {
         const claim = await this.#db('resuming a run', () =>
-          claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs }),
+          claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
         );
         if (claim.state === 'owned') return this.#track(claim.lease, () => this.#resumeOwned(claim.lease));
       }

@@ -59,19 +59,14 @@ export function runStatusOf(row: Pick<LedgerRow, 'status' | 'outcomeOk'>): { sta
 }
 
 export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | undefined> {
-  const [row, children, metadata] = await Promise.all([
-    readRow(q, ref),
-    readChildren(q, ref),
-    q<{ workflow: string; version: number }[]>`
-      select workflow, version from stepkey.runs where scope = ${ref.scope} and key = ${ref.key}`,
-  ]);
+  const [row, children] = await Promise.all([readRow(q, ref), readChildren(q, ref)]);
   if (!row || row.kind !== 'run') return undefined;
   const { status, resumable } = runStatusOf(row);
   const info: RunInfo = {
     scope: row.scope,
     key: row.key,
-    workflow: metadata[0]?.workflow ?? row.name ?? '',
-    version: metadata[0]?.version ?? null,
+    workflow: row.name ?? '',
+    version: row.version,
     status,
     resumable,
     attempts: row.attempts,

@@ -28,7 +28,7 @@ describe('migrate', () => {
       expect(applied[0]!.n).toBeGreaterThanOrEqual(2);
       const tables = await db`select table_name from information_schema.tables where table_schema = 'stepkey' order by 1`;
       expect(tables.map((t) => t.table_name)).toEqual(
-        expect.arrayContaining(['inbox', 'ledger', 'runs', 'worker_pools']),
+        expect.arrayContaining(['inbox', 'ledger', 'worker_pools']),
       );
       const worker = await db`select count(*)::int as n from information_schema.schemata where schema_name = 'graphile_worker'`;
       expect(worker[0]!.n).toBe(1);

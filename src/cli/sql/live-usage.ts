@@ -35,15 +35,15 @@ const EXAMPLES = 3;
 export function runsByVersion(q: Queryable, clock: Clock): Promise<VersionUsage[]> {
   const now = sqlNow(q, clock);
   return q<VersionUsage[]>`
-    select r.workflow, r.version, l.status, count(*)::int as runs,
-           (array_agg(r.scope order by l.created_at desc))[1:${EXAMPLES}] as scopes,
-           (array_agg(r.key order by l.created_at desc))[1:${EXAMPLES}] as keys
-      from stepkey.runs r
-      join stepkey.ledger l on l.scope = r.scope and l.key = r.key
-     where l.status in ('in_progress', 'failed')
-        or (l.status = 'completed' and l.outcome_ok and l.expires_at > ${now})
-     group by r.workflow, r.version, l.status
-     order by r.workflow, r.version, l.status`;
+    select l.name as workflow, l.version, l.status, count(*)::int as runs,
+           (array_agg(l.scope order by l.created_at desc))[1:${EXAMPLES}] as scopes,
+           (array_agg(l.key order by l.created_at desc))[1:${EXAMPLES}] as keys
+      from stepkey.ledger l
+     where l.kind = 'run'
+       and (l.status in ('in_progress', 'failed')
+            or (l.status = 'completed' and l.outcome_ok and l.expires_at > ${now}))
+     group by l.name, l.version, l.status
+     order by l.name, l.version, l.status`;
 }
 
 /** Step names (built-in `$now`/`$uuid` left out) recorded by those runs. */
@@ -54,12 +54,12 @@ export function stepsByVersion(q: Queryable, clock: Clock): Promise<StepUsage[]>
            (array_agg(scope order by created_at desc))[1:${EXAMPLES}] as scopes,
            (array_agg(key order by created_at desc))[1:${EXAMPLES}] as keys
       from (
-        select distinct r.workflow, r.version, split_part(c.name, '[', 1) as step, l.status,
-               r.scope, r.key, l.created_at
-          from stepkey.runs r
-          join stepkey.ledger l on l.scope = r.scope and l.key = r.key
-          join stepkey.ledger c on c.scope = r.scope and c.parent_key = r.key
-         where (l.status in ('in_progress', 'failed')
+        select distinct l.name as workflow, l.version, split_part(c.name, '[', 1) as step, l.status,
+               l.scope, l.key, l.created_at
+          from stepkey.ledger l
+          join stepkey.ledger c on c.scope = l.scope and c.parent_key = l.key
+         where l.kind = 'run'
+           and (l.status in ('in_progress', 'failed')
                 or (l.status = 'completed' and l.outcome_ok and l.expires_at > ${now}))
            and c.name is not null and c.name not like '$%'
       ) used

@@ -1,5 +1,5 @@
 /**
- * The runs listing: every run (driven from stepkey.runs, one row per run,
+ * The runs listing: every run (the ledger's run rows, one per run,
  * joined to its ledger row by primary key), with its status as an operator
  * sees it. "stuck" is an in-progress run whose lease has run out: its process
  * died and no sweeper has taken it over. Ordered stuck, failed, running, then
@@ -40,7 +40,7 @@ export function listRuns(q: Queryable, clock: Clock, filter: ListRunsFilter): Pr
   const now = sqlNow(q, clock);
   return q<ListedRun[]>`
     select * from (
-      select r.scope, r.key, r.workflow, r.version,
+      select l.scope, l.key, l.name as workflow, l.version,
              case when l.status = 'in_progress' and l.locked_until <= ${now} then 'stuck'
                   when l.status = 'in_progress' then 'running'
                   when l.status = 'failed' or (l.status = 'completed' and not l.outcome_ok) then 'failed'
@@ -51,10 +51,10 @@ export function listRuns(q: Queryable, clock: Clock, filter: ListRunsFilter): Pr
              (extract(epoch from (l.locked_until - ${now})) * 1000)::float8 as "leaseLeftMs",
              case when l.status = 'failed' then l.last_error
                   when l.status = 'cancelled' or not l.outcome_ok then l.outcome end as error
-        from stepkey.runs r
-        join stepkey.ledger l on l.scope = r.scope and l.key = r.key
-       where (${filter.workflow ?? null}::text is null or r.workflow = ${filter.workflow ?? null}::text)
-         and (${filter.scope ?? null}::text is null or r.scope = ${filter.scope ?? null}::text)
+        from stepkey.ledger l
+       where l.kind = 'run'
+         and (${filter.workflow ?? null}::text is null or l.name = ${filter.workflow ?? null}::text)
+         and (${filter.scope ?? null}::text is null or l.scope = ${filter.scope ?? null}::text)
     ) runs
     where ${filter.status ?? null}::text is null or runs.status = ${filter.status ?? null}::text
     order by case runs.status when 'stuck' then 0 when 'failed' then 1 when 'running' then 2 else 3 end,

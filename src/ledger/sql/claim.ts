@@ -35,13 +35,6 @@ import type { ClaimRequest, LedgerKind } from '../types.js';
 
 export type ClaimState = 'owned' | 'locked' | 'vacant' | 'expired' | 'mismatch' | 'replay' | 'resumable' | 'in_progress' | 'lease_expired';
 
-/**
- * Another insert that must happen exactly when the claim inserts its row, in
- * the same statement: a CTE fragment starting with a comma that selects from
- * `inserted` (a run's metadata, for instance).
- */
-export type AlsoInsert = (q: Queryable) => ReturnType<Queryable>;
-
 export interface ClaimRow {
   state: ClaimState;
   attempts: number;
@@ -61,26 +54,25 @@ export async function claimRow(
   token: string,
   leaseMs: number,
   mode: 'insert' | 'lock',
-  alsoInsert?: AlsoInsert,
 ): Promise<ClaimRow | undefined> {
   const now = sqlNow(q, clock);
   const insert = mode === 'insert';
-  const extra = alsoInsert ? alsoInsert(q) : q``;
   const rows = await q<ClaimRow[]>`
     with lock as (
       select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held
     ), inserted as (
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
-         lease_token, locked_until, attempts, created_at, updated_at)
+         lease_token, locked_until, attempts, created_at, updated_at, version, input)
       select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
              ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
-             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now}
+             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
+             ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text
         from lock
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
       returning attempts
-    )${extra}
+    )
     select 'owned' as state, attempts, null::text as status, null::text as outcome,
            null::boolean as outcome_ok, null::int as outcome_code, null::int as retry_after_ms,
            null::text as kind, null::text as name

@@ -4,7 +4,7 @@
  * Guarantee: deletes only roots whose expiry has passed and that are not in
  * progress (an in-progress row has no expiry: its lease governs it), together
  * with their children; rows another purger is deleting are skipped, not
- * waited for. Run metadata goes with its root by cascade.
+ * waited for.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';

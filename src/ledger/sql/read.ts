@@ -14,6 +14,8 @@ export interface LedgerRow {
   outcomeOk: boolean | null;
   outcomeCode: number | null;
   lastError: string | null;
+  /** A run's workflow version (its workflow is `name`). */
+  version: number | null;
   leaseToken: string | null;
   attempts: number;
   /** Milliseconds since the epoch, or null. */
@@ -28,7 +30,7 @@ const epochMs = (column: string) => `(extract(epoch from ${column}) * 1000)::flo
 
 export const ledgerColumns = `
   scope, key, kind, name, parent_key as "parentKey", fingerprint, status, outcome,
-  outcome_ok as "outcomeOk", outcome_code as "outcomeCode", last_error as "lastError",
+  outcome_ok as "outcomeOk", outcome_code as "outcomeCode", last_error as "lastError", version,
   lease_token::text as "leaseToken", attempts,
   ${epochMs('locked_until')} as "lockedUntil", ${epochMs('expires_at')} as "expiresAt",
   ${epochMs('created_at')} as "createdAt", ${epochMs('updated_at')} as "updatedAt",

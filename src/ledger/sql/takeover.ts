@@ -35,10 +35,7 @@ export async function takeoverRow(
   return rows[0];
 }
 
-/**
- * Forgets one expired key and everything under it (a run's steps); its run
- * metadata goes with it by cascade. An expired key is a new request.
- */
+/** Forgets one expired key and everything under it (a run's steps). An expired key is a new request. */
 export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string, key: string): Promise<void> {
   const now = sqlNow(q, clock);
   await q`

@@ -1,6 +1,6 @@
 /**
- * Loading a run to resume it: its metadata and every finished step, in one
- * query, however many steps it has.
+ * Loading a run to resume it: its row (workflow, version, input) and every
+ * finished step, in one query, however many steps it has.
  */
 import type { Queryable } from '../../db/connect.js';
 import type { KeyRef } from '../../ledger/types.js';
@@ -35,12 +35,11 @@ interface Row {
 
 export async function loadRun(q: Queryable, ref: KeyRef): Promise<LoadedRun | undefined> {
   const rows = await q<Row[]>`
-    select r.workflow, r.version, r.input, l.attempts, l.last_error,
+    select r.name as workflow, r.version, r.input, r.attempts, r.last_error,
            c.name as step_name, c.outcome as step_outcome, c.outcome_ok as step_ok, c.attempts as step_attempts
-      from stepkey.runs r
-      join stepkey.ledger l on l.scope = r.scope and l.key = r.key
+      from stepkey.ledger r
       left join stepkey.ledger c on c.scope = r.scope and c.parent_key = r.key and c.status = 'completed'
-     where r.scope = ${ref.scope} and r.key = ${ref.key}`;
+     where r.scope = ${ref.scope} and r.key = ${ref.key} and r.kind = 'run'`;
   const first = rows[0];
   if (!first) return undefined;
   const steps = new Map<string, FinishedStep>();
