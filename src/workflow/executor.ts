@@ -8,8 +8,7 @@
  *   stopped     this process must let go: lease lost, shutting down, or a
  *               conflict with another holder's commit
  */
-import { Transaction } from '../db/transaction.js';
-import { isLeaseLost, translateDatabaseError } from '../errors/pg-errors.js';
+import { translateDatabaseError } from '../errors/pg-errors.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { assertValidKey } from '../keys/validate.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
@@ -18,8 +17,8 @@ import type { Workflow } from './define.js';
 import { RunStopped, StepAttemptsExhausted, classifyError, type StopReason } from './errors.js';
 import type { RunContext } from './handles.js';
 import type { RunState } from './run-state.js';
-import { insertStepRowsStatement } from './sql/step-rows.js';
-import { runCallStep, runTxStep, flushPending } from './steps.js';
+import { commitWaiting } from './commit.js';
+import { runCallStep, runTxStep } from './steps.js';
 import { encodeChecked } from './values.js';
 
 export type Settled =
@@ -41,7 +40,8 @@ export async function executeRun(
   try {
     return await execute(state, workflow, input, extensions);
   } finally {
-    // A start still uncommitted here means the run failed before its first write.
+    // Anything still uncommitted here belongs to an execution that failed unexpectedly.
+    await state.takeDeferred()?.transaction.rollback();
     await state.takeOpening()?.rollback();
   }
 }
@@ -60,8 +60,8 @@ async function execute(
     outcome = { ok: true, body: encodeChecked(value, workflow.output, `The result of ${what}`) };
   } catch (error) {
     if (error instanceof RunStopped || state.stopReason) {
-      // Stopped before its first write: the start commits, so another process can take the run over.
-      await state.takeOpening()?.commit().catch(() => undefined);
+      // What is done is kept (the start, the last step), so another process goes on from there.
+      await commitWaiting(state).catch(() => undefined);
       return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
     }
     if (classifyError(error) !== 'stored') return fail(state, error);
@@ -70,24 +70,12 @@ async function execute(
 
   faultPoint('engine.before-complete', workflow.name);
   try {
-    const complete = (q: Transaction['sql'] | RunState['deps']['sql']) =>
-      completeStatement(q, state.deps.clock, state.lease, outcome, state.deps.retentionMs);
-    const opening = state.takeOpening();
-    if (state.pending.length === 0 && !opening) {
-      await complete(state.deps.sql);
-    } else {
-      const transaction = opening ?? (await Transaction.begin(state.deps.sql));
-      const rows = state.takePending();
-      await transaction.commit(
-        ...(rows.length ? [insertStepRowsStatement(transaction.sql, state.deps.clock, state.lease, rows)] : []),
-        complete(transaction.sql),
-      );
-    }
+    // One commit: the completion, with the last step and anything else still waiting.
+    await commitWaiting(state, {
+      statements: (q) => [completeStatement(q, state.deps.clock, state.lease, outcome, state.deps.retentionMs)],
+    });
   } catch (error) {
-    if (isLeaseLost(error)) {
-      state.stop('lease_lost');
-      return { state: 'stopped', reason: 'lease_lost' };
-    }
+    if (error instanceof RunStopped) return { state: 'stopped', reason: error.reason };
     throw translateDatabaseError(error, `completing ${what}`);
   }
   return outcome.ok ? { state: 'completed', body: outcome.body } : { state: 'errored', error: JSON.parse(outcome.body) };
@@ -101,7 +89,7 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
       : serializeError(error);
   if (error instanceof StepAttemptsExhausted) stored.message = error.message;
   try {
-    await flushPending(state).catch(() => {});
+    await commitWaiting(state).catch(() => {});
     const rows = await failStatement(
       state.deps.sql,
       state.deps.clock,

@@ -35,6 +35,12 @@ export class RunState {
   opening: Transaction | undefined;
   /** The transaction that carries the run's start, kept to know whether it has committed. */
   readonly #start: Transaction | undefined;
+  /**
+   * The last tx step's transaction, its writes done and its row written,
+   * waiting to commit at the next step boundary — so that a run that ends
+   * right after it commits its completion in the same transaction.
+   */
+  deferred: { transaction: Transaction; rows: StepRow[]; label: string } | undefined;
   readonly #used = new Set<string>();
   readonly #controller = new AbortController();
   #stopReason: StopReason | undefined;
@@ -57,6 +63,13 @@ export class RunState {
   /** Whether the run's row exists for others yet (its start has committed). */
   get startPending(): boolean {
     return this.#start !== undefined && !this.#start.committed;
+  }
+
+  /** Takes the deferred step transaction, if any: the caller now commits it. */
+  takeDeferred(): RunState['deferred'] {
+    const deferred = this.deferred;
+    this.deferred = undefined;
+    return deferred;
   }
 
   /** Takes the open start transaction, if any: the caller now commits it. */

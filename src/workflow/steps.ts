@@ -2,21 +2,22 @@
  * Executing steps.
  *
  *   tx     BEGIN; fn(tx); INSERT step row (fenced by the run's lease); COMMIT
- *          — BEGIN is sent with fn's first statement, the step row with COMMIT:
- *          a one-statement step costs two round trips. The first step of a
- *          new run also carries the run's start (its claim) in the same
- *          transaction, behind a savepoint, so the start costs no commit of
- *          its own.
- *   call   fn(key, signal) outside any transaction; then one fenced INSERT.
+ *          — BEGIN goes with fn's first statement; the step row and COMMIT go
+ *          at the next step boundary, with whatever commits there (the run's
+ *          completion, when the run ends after this step). The first step of a
+ *          new run also carries the run's start (its claim), behind a
+ *          savepoint, so the start costs no commit of its own.
+ *   call   everything waiting commits first; then fn(key, signal) outside any
+ *          transaction; then one fenced INSERT.
  *
  * A finished step replays from the ledger without running. A deterministic
- * error rolls fn's writes back and is recorded as the step's outcome (one
- * fenced INSERT), then thrown again on every replay. Retryable errors are
- * retried by the step's policy.
+ * error rolls fn's writes back and is recorded as the step's outcome, then
+ * thrown again on every replay. Retryable errors are retried by the step's
+ * policy.
  */
 import { drizzleOn } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
-import { isLeaseLost, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
+import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { serializeError, toJsonText } from '../ledger/outcome.js';
@@ -25,8 +26,9 @@ import { RunStopped, StepAttemptsExhausted, classifyError, storedErrorToError } 
 import type { CallContext, StepUse, TxContext } from './handles.js';
 import { backoffDelay } from './retry.js';
 import type { RunState } from './run-state.js';
-import { loadStep, type FinishedStep } from './sql/load-run.js';
-import { insertStepRowsStatement, type StepRow } from './sql/step-rows.js';
+import type { FinishedStep } from './sql/load-run.js';
+import type { StepRow } from './sql/step-rows.js';
+import { commitDeferred, commitWaiting } from './commit.js';
 import { decodeValue, encodeChecked } from './values.js';
 import { stepInstanceName } from '../keys/derive.js';
 
@@ -51,8 +53,8 @@ function replay(target: StepTarget, instance: string, finished: FinishedStep): u
  */
 export async function runStep(
   target: StepTarget,
-  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt | 'recorded'>,
-  record: (row: StepRow) => Promise<'recorded' | FinishedStep>,
+  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt>,
+  record: (row: StepRow) => Promise<'committed' | 'deferred'>,
 ): Promise<unknown> {
   const { state, declaration } = target;
   const instance = stepInstanceName(declaration.name, target.use?.id);
@@ -63,12 +65,12 @@ export async function runStep(
   );
   const done = state.finished.get(instance);
   if (done) return replay(target, instance, done);
+  await commitDeferred(state);
   state.throwIfStopped();
   faultPoint('engine.before-step', declaration.name);
 
   for (let attempt = 1; ; attempt += 1) {
     const result = await attemptOnce(key, attempt, instance);
-    if (result === 'recorded') break;
     let row: StepRow;
     if (result.ok) {
       row = { key, name: instance, ok: true, body: result.body, attempts: attempt };
@@ -83,28 +85,9 @@ export async function runStep(
       }
       row = { key, name: instance, ok: false, body: toJsonText(serializeError(result.error), 'error'), attempts: attempt };
     }
-    const recorded = await record(row);
-    if (recorded !== 'recorded') return replay(target, instance, recorded);
-    break;
+    if ((await record(row)) === 'committed') faultPoint('engine.after-step-commit', declaration.name);
+    return replay(target, instance, state.finished.get(instance)!);
   }
-  faultPoint('engine.after-step-commit', declaration.name);
-  return replay(target, instance, state.finished.get(instance)!);
-}
-
-/** Turns a failed step commit into the run's fate: stop, or replay what another holder committed. */
-export async function commitFailed(state: RunState, key: string, error: unknown): Promise<FinishedStep> {
-  if (isLeaseLost(error)) {
-    state.stop('lease_lost');
-    throw new RunStopped('lease_lost');
-  }
-  if (isUniqueViolation(error)) {
-    // Another holder committed this step first (it held the lease when it did).
-    const theirs = await loadStep(state.deps.sql, state.lease.scope, key).catch(() => undefined);
-    if (theirs) return theirs;
-    state.stop('conflict');
-    throw new RunStopped('conflict');
-  }
-  throw translateDatabaseError(error, `recording step ${key}`);
 }
 
 /**
@@ -160,15 +143,14 @@ export function runTxStep(
     async (row) => {
       const open = succeeded;
       succeeded = undefined;
-      const rows = [...state.takePending(), row];
-      try {
-        if (open) await open.commit(insertStepRowsStatement(open.sql, state.deps.clock, state.lease, rows));
-        else await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
-      } catch (error) {
-        return commitFailed(state, row.key, error);
+      if (!open) {
+        // A deterministic error: fn's writes were rolled back; the error is the step's outcome.
+        await commitWaiting(state, { rows: [row] });
+        return 'committed';
       }
-      for (const written of rows) state.finished.set(written.name, written);
-      return 'recorded';
+      state.deferred = { transaction: open, rows: [row], label: declaration.name };
+      state.finished.set(row.name, row);
+      return 'deferred';
     },
   );
 }
@@ -178,7 +160,7 @@ export function runCallStep(target: StepTarget, fn: (context: CallContext) => Pr
   return runStep(
     target,
     async (key, attempt, instance) => {
-      if (attempt === 1) await flushPending(state);
+      if (attempt === 1) await commitWaiting(state);
       const controller = new AbortController();
       const onStop = () => controller.abort(state.signal.reason);
       state.signal.addEventListener('abort', onStop, { once: true });
@@ -203,37 +185,10 @@ export function runCallStep(target: StepTarget, fn: (context: CallContext) => Pr
       }
     },
     async (row) => {
-      const rows = [...state.takePending(), row];
-      try {
-        await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
-      } catch (error) {
-        return commitFailed(state, row.key, error);
-      }
-      for (const written of rows) state.finished.set(written.name, written);
-      return 'recorded';
+      await commitWaiting(state, { rows: [row] });
+      return 'committed';
     },
   );
-}
-
-/**
- * Makes the run's start and its recorded values (ctx.now, ctx.uuid) durable
- * before anything leaves the process.
- */
-export async function flushPending(state: RunState): Promise<void> {
-  const opening = state.takeOpening();
-  if (state.pending.length === 0 && !opening) return;
-  const rows = state.takePending();
-  try {
-    if (opening) {
-      await opening.commit(...(rows.length ? [insertStepRowsStatement(opening.sql, state.deps.clock, state.lease, rows)] : []));
-    } else {
-      await insertStepRowsStatement(state.deps.sql, state.deps.clock, state.lease, rows);
-    }
-  } catch (error) {
-    await commitFailed(state, rows[0]?.key ?? state.lease.key, error);
-    state.stop('conflict');
-    throw new RunStopped('conflict');
-  }
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
