@@ -71,8 +71,9 @@ export async function ledgerBench(options: { ops: number; runs: number }): Promi
       rows,
     );
     console.log(
-      `\nStatements per replay: split-form claim ${claimStatements} (one round trip); ` +
-        `once ${onceStatements} (BEGIN + SET LOCAL + claim in one round trip, ROLLBACK sent without waiting).`,
+      `\nQueries postgres.js ran for one replay: split-form claim ${claimStatements}; once ${onceStatements} ` +
+        '(BEGIN and the claim in one round trip; the ROLLBACK is not waited for). ' +
+        'The claim is the only statement that touches the ledger.',
     );
   } finally {
     await counting.end();
