@@ -184,17 +184,23 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
             return replayResult<Result>(ctx, transformer.deserialize(JSON.parse(result.outcome.body)));
           }
           case 'in_progress':
-            access.setHeader(ctx, 'Retry-After', retryAfterSeconds(result.retryAfterMs));
-            throw new TRPCError({
-              code: 'CONFLICT',
-              message: `A request with this ${IDEMPOTENCY_KEY_HEADER} is still in progress; retry after ${retryAfterSeconds(result.retryAfterMs)} s.`,
-            });
+            throw inProgress(access, ctx, result.retryAfterMs);
           case 'mismatch':
             throw mismatch(result.existing.name);
         }
       });
     },
   };
+}
+
+/** 409 with Retry-After: another attempt with this key is still working. */
+export function inProgress<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx, retryAfterMs: number): TRPCError {
+  const seconds = retryAfterSeconds(retryAfterMs);
+  access.setHeader(ctx, 'Retry-After', seconds);
+  return new TRPCError({
+    code: 'CONFLICT',
+    message: `A request with this ${IDEMPOTENCY_KEY_HEADER} is still in progress; retry after ${seconds} s.`,
+  });
 }
 
 export function mismatch(existingName: string | null): TRPCError {

@@ -11,14 +11,7 @@ import type { z } from 'zod';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
 import { trpcErrorFromStored } from './error-policy.js';
-import {
-  fingerprintOrBadRequest,
-  mismatch,
-  readKeyedRequest,
-  retryAfterSeconds,
-  type IdempotencyConfig,
-} from './idempotency.js';
-import { IDEMPOTENCY_KEY_HEADER } from './header.js';
+import { fingerprintOrBadRequest, inProgress, mismatch, readKeyedRequest, type IdempotencyConfig } from './idempotency.js';
 import type { RequestAccess } from './request-access.js';
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;
@@ -79,11 +72,7 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
         access.setHeader(ctx, 'Idempotent-Replayed', 'true');
         throw new TRPCError({ code: 'PRECONDITION_FAILED', message: `The operation for this key was cancelled: ${attempt.reason.message}` });
       case 'in_progress':
-        access.setHeader(ctx, 'Retry-After', retryAfterSeconds(attempt.retryAfterMs));
-        throw new TRPCError({
-          code: 'CONFLICT',
-          message: `A request with this ${IDEMPOTENCY_KEY_HEADER} is still in progress; retry after ${retryAfterSeconds(attempt.retryAfterMs)} s.`,
-        });
+        throw inProgress(access, ctx, attempt.retryAfterMs);
       case 'mismatch':
         throw mismatch(attempt.existing.name);
     }
