@@ -15,6 +15,7 @@ import { commandHelp, exitCodeHelp, globalOptions, parseCommand, splitCommand, s
 import { cancelCommand } from './commands/cancel.js';
 import { checkCommand } from './commands/check.js';
 import { inspectCommand } from './commands/inspect.js';
+import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
 import { purgeCommand } from './commands/purge.js';
 import { resumeCommand } from './commands/resume.js';
@@ -31,6 +32,7 @@ export const commands: readonly Command[] = [
   runsCommand,
   cancelCommand,
   resumeCommand,
+  jobsCommand,
   checkCommand,
 ];
 

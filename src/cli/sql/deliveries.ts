@@ -43,7 +43,7 @@ export async function jobsWithKeys(q: Queryable, keys: readonly string[]): Promi
                 else 'pending' end as status,
            last_error as "lastError", (extract(epoch from run_at) * 1000)::float8 as "runAt", locked_by as "lockedBy"
       from graphile_worker.jobs
-     where key = any(${q.array([...keys])}::text[])
+     where key in (select value from json_array_elements_text(${JSON.stringify(keys)}::json))
      order by id`;
 }
 
@@ -60,7 +60,7 @@ export async function inboxWithKeys(q: Queryable, keys: readonly string[]): Prom
     )
     select found.*
       from consumers c
-     cross join unnest(${q.array([...keys])}::text[]) as wanted(key)
+     cross join (select value as key from json_array_elements_text(${JSON.stringify(keys)}::json)) as wanted
      cross join lateral (
        select consumer, message_key as "messageKey", (extract(epoch from processed_at) * 1000)::float8 as "processedAt",
               (extract(epoch from expires_at) * 1000)::float8 as "expiresAt"

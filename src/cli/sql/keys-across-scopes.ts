@@ -28,14 +28,14 @@ export async function rowsWithKeys(q: Queryable, keys: readonly string[]): Promi
     `with recursive ${distinctScopes}
      select found.*
        from scopes s
-      cross join unnest($1::text[]) as wanted(key)
+      cross join (select value as key from json_array_elements_text($1::json)) as wanted
       cross join lateral (
         select ${ledgerColumns} from stepkey.ledger
          where scope = s.scope and key = wanted.key
       ) found
       where s.scope is not null
       order by found.scope, found.key`,
-    [keys as string[]],
+    [JSON.stringify(keys)],
   );
 }
 

@@ -21,7 +21,8 @@ export interface JobRow {
   attempts: number;
   maxAttempts: number;
   lastError: string | null;
-  runAt: Date;
+  /** When it runs next (milliseconds since the epoch). */
+  runAt: number;
   lockedBy: string | null;
   status: 'pending' | 'running' | 'retrying' | 'failed';
 }
@@ -31,7 +32,7 @@ export function listJobs(q: Queryable, options: { status?: JobRow['status']; lim
   return q<JobRow[]>`
     select * from (
       select id::text, task_identifier as task, key, attempts, max_attempts as "maxAttempts",
-             last_error as "lastError", run_at as "runAt", locked_by as "lockedBy",
+             last_error as "lastError", (extract(epoch from run_at) * 1000)::float8 as "runAt", locked_by as "lockedBy",
              case when attempts >= max_attempts then 'failed'
                   when locked_by is not null then 'running'
                   when attempts > 0 then 'retrying'
@@ -47,6 +48,7 @@ export function listJobs(q: Queryable, options: { status?: JobRow['status']; lim
 export async function retryJobs(q: Queryable, ids: readonly string[]): Promise<string[]> {
   const rows = await q<{ id: string }[]>`
     select id::text from graphile_worker.reschedule_jobs(
-      ${q.array([...ids])}::bigint[], run_at => now(), attempts => 0)`;
+      array(select value::bigint from json_array_elements_text(${JSON.stringify(ids)}::json)),
+      run_at => now(), attempts => 0)`;
   return rows.map((row) => row.id);
 }

@@ -15,8 +15,7 @@ export async function heartbeatRuns(q: Queryable, clock: Clock, leases: readonly
   return q<{ scope: string; key: string }[]>`
     update stepkey.ledger l
        set locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond'
-      from unnest(${q.array(leases.map((l) => l.scope))}::text[], ${q.array(leases.map((l) => l.key))}::text[],
-                  ${q.array(leases.map((l) => l.token))}::uuid[]) as h(scope, key, token)
+      from json_to_recordset(${JSON.stringify(leases)}::json) as h(scope text, key text, token uuid)
      where l.scope = h.scope and l.key = h.key and l.lease_token = h.token and l.status = 'in_progress'
     returning l.scope, l.key`;
 }

@@ -36,11 +36,9 @@ export function insertStepRowsStatement(q: Queryable, clock: Clock, run: Lease, 
     insert into stepkey.ledger
       (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts,
        created_at, updated_at, completed_at)
-    select ${run.scope}, s.key, 'step', s.name, ${run.key}, s.name, 'completed', s.body, s.ok::boolean,
-           s.attempts::int, ${now}, ${now}, ${now}
+    select ${run.scope}, s.key, 'step', s.name, ${run.key}, s.name, 'completed', s.body, s.ok,
+           s.attempts, ${now}, ${now}, ${now}
       from fence,
-           unnest(${q.array(rows.map((r) => r.key))}::text[], ${q.array(rows.map((r) => r.name))}::text[],
-                  ${q.array(rows.map((r) => r.body))}::text[], ${q.array(rows.map((r) => String(r.ok)))}::text[],
-                  ${q.array(rows.map((r) => String(r.attempts)))}::text[]) as s(key, name, body, ok, attempts)
+           json_to_recordset(${JSON.stringify(rows)}::json) as s(key text, name text, body text, ok boolean, attempts int)
      where fence.held`;
 }

@@ -1,0 +1,75 @@
+/**
+ * `stepkey jobs`: the outbox's jobs in graphile-worker — failed ones first —
+ * and `--retry` to run failed jobs again by hand (attempts reset, due now).
+ */
+import { listJobs, retryJobs, type JobRow } from '../../outbox/sql/jobs.js';
+import { positiveIntFlag, stringFlag } from '../args.js';
+import type { Command } from '../context.js';
+import { CliFailure, ExitCode, UsageError } from '../errors.js';
+import { errorMessage, plural, relative } from '../format.js';
+import { renderTable } from '../table.js';
+
+const statuses = ['failed', 'retrying', 'pending', 'running'] as const;
+
+export const jobsCommand: Command = {
+  name: 'jobs',
+  summary: 'list outbox jobs (failed first); --retry runs failed ones again',
+  description: `
+Lists the jobs waiting in graphile-worker: failed for good (attempts used up,
+or a permanent error such as a 4xx from a webhook), retrying (failed at least
+once, due again later), pending, running. With --retry ID,ID… the given failed
+jobs are due again now with their attempts reset; exit 1 if one of them could
+not be retried (unknown, or locked by a running worker).`,
+  positionals: [],
+  options: {
+    status: { type: 'string', value: 'S', description: `only jobs with this status (${statuses.join(', ')})` },
+    limit: { type: 'string', value: 'N', description: 'at most N jobs (default 100)' },
+    retry: { type: 'string', value: 'IDS', description: 'comma-separated ids of jobs to retry now' },
+  },
+  async run(context, parsed) {
+    const status = stringFlag(parsed.values, 'status');
+    if (status !== undefined && !(statuses as readonly string[]).includes(status)) {
+      throw new UsageError(`--status must be one of ${statuses.join(', ')}, not '${status}'.`, 'jobs');
+    }
+    const retry = stringFlag(parsed.values, 'retry');
+    if (retry !== undefined) {
+      const ids = retry.split(',').map((id) => id.trim()).filter(Boolean);
+      if (ids.length === 0 || ids.some((id) => !/^\d+$/.test(id))) {
+        throw new UsageError(`--retry takes job ids such as 12,13, not '${retry}'.`, 'jobs');
+      }
+      const retried = await context.withDatabase((database) => retryJobs(database.sql, ids));
+      const missed = ids.filter((id) => !retried.includes(id));
+      if (context.json) context.printJson({ retried, missed });
+      else context.line(`Retried ${plural(retried.length, 'job')}${retried.length ? `: ${retried.join(', ')}` : ''}.`);
+      if (missed.length) throw new CliFailure('not_retried', `Not retried (unknown or locked): ${missed.join(', ')}.`);
+      return ExitCode.ok;
+    }
+    const limit = positiveIntFlag(parsed.values, 'limit', 'jobs') ?? 100;
+    const jobs = await context.withDatabase((database) =>
+      listJobs(database.sql, { ...(status ? { status: status as JobRow['status'] } : {}), limit }),
+    );
+    if (context.json) {
+      context.printJson({ jobs });
+      return ExitCode.ok;
+    }
+    if (jobs.length === 0) {
+      context.line('No jobs.');
+      return ExitCode.ok;
+    }
+    context.line(
+      renderTable(
+        [{ header: 'id', align: 'right' }, { header: 'task' }, { header: 'key', max: 20 }, { header: 'status' }, { header: 'attempts' }, { header: 'next run' }, { header: 'last error', max: 60 }],
+        jobs.map((job) => [
+          job.id,
+          job.task,
+          job.key ?? '',
+          job.status,
+          `${job.attempts}/${job.maxAttempts}`,
+          job.status === 'failed' ? '—' : relative(job.runAt - Date.now()),
+          errorMessage(job.lastError),
+        ]),
+      ),
+    );
+    return ExitCode.ok;
+  },
+};
