@@ -5,8 +5,13 @@
  * a socket closes after an error, postgres.js does not reject the queries
  * sent since that error, and replays them into the slot's next connection,
  * where they wait forever for answers that never come. A socket made here
- * reports every close as a clean one, on which postgres.js rejects every
- * query still waiting (CONNECTION_CLOSED) and reconnects with a clean slate.
+ * reports the close of an established connection as a clean one, on which
+ * postgres.js rejects every query still waiting (CONNECTION_CLOSED) and
+ * reconnects with a clean slate.
+ *
+ * The socket is handed over while it connects, as postgres.js's own is: a
+ * connection that fails (ECONNREFUSED, a timeout) goes through postgres.js's
+ * usual error, close and reconnect path, untouched.
  */
 import { connect as netConnect, type Socket } from 'node:net';
 
@@ -14,30 +19,18 @@ interface ConnectOptions {
   host: string[];
   port: number[];
   path?: string | false;
-  connect_timeout?: number;
 }
 
-export function connectReportingCleanClose(options: ConnectOptions): Promise<Socket> {
-  return new Promise((resolve, reject) => {
-    const socket = options.path
-      ? netConnect(options.path)
-      : netConnect(options.port[0] ?? 5432, options.host[0] ?? 'localhost');
-    const timeoutMs = (options.connect_timeout ?? 30) * 1000;
-    const timer = setTimeout(() => {
-      socket.destroy();
-      reject(Object.assign(new Error(`connect timeout after ${timeoutMs} ms`), { code: 'CONNECT_TIMEOUT' }));
-    }, timeoutMs);
-    socket.once('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    socket.once('connect', () => {
-      clearTimeout(timer);
-      socket.removeAllListeners('error');
-      const emit = socket.emit.bind(socket) as (event: string | symbol, ...args: unknown[]) => boolean;
-      socket.emit = ((event: string | symbol, ...args: unknown[]) =>
-        event === 'close' ? emit('close', false) : emit(event, ...args)) as Socket['emit'];
-      resolve(socket);
-    });
+export function connectReportingCleanClose(options: ConnectOptions): Socket {
+  const socket = options.path
+    ? netConnect(options.path)
+    : netConnect(options.port[0] ?? 5432, options.host[0] ?? 'localhost');
+  let established = false;
+  socket.once('connect', () => {
+    established = true;
   });
+  const emit = socket.emit.bind(socket) as (event: string | symbol, ...args: unknown[]) => boolean;
+  socket.emit = ((event: string | symbol, ...args: unknown[]) =>
+    event === 'close' && established ? emit('close', false) : emit(event, ...args)) as Socket['emit'];
+  return socket;
 }
