@@ -90,7 +90,7 @@ export class Transaction {
     try {
       if (this.#dead) throw connectionClosed();
       const sent = last.map((query) => quiet(query.execute()));
-      const commit = quiet(this.sql.unsafe('commit').execute());
+      const commit = quiet(this.#statement('commit').execute());
       const settled = await Promise.allSettled([...sent, commit]);
       const failed = settled.find((result) => result.status === 'rejected');
       if (failed) throw (failed as PromiseRejectedResult).reason;
@@ -113,7 +113,7 @@ export class Transaction {
     if (!this.#open) return;
     this.#open = false;
     try {
-      if (!this.#dead) await this.sql.unsafe('rollback');
+      if (!this.#dead) await this.#statement('rollback');
     } catch {
       // The connection is gone: so is the transaction.
     } finally {
@@ -132,7 +132,7 @@ export class Transaction {
     this.#open = false;
     if (this.#dead) return;
     const release = () => this.#release();
-    this.sql.unsafe('rollback').then(release, release);
+    this.#statement('rollback').then(release, release);
   }
 
   #release(): void {
@@ -167,10 +167,23 @@ export class Transaction {
     if (!this.#open) throw new StepkeyError('database_error', 'The transaction has already ended.');
   }
 
-  /** The reserved connection, refusing queries once it is closed or the transaction ended. */
+  /** The transaction's own BEGIN/COMMIT/ROLLBACK: allowed while it ends, tracked like any query. */
+  #statement(text: string) {
+    if (this.#dead) throw connectionClosed();
+    return this.#track(this.#connection.unsafe(text));
+  }
+
+  /**
+   * The reserved connection as the transaction's body sees it: refusing
+   * queries once the connection closed or the transaction ended (a handle
+   * kept past its transaction must not write into the connection's next user).
+   */
   #guarded(connection: postgres.ReservedSql): TxSql {
     const check = () => {
       if (this.#dead) throw connectionClosed();
+      if (!this.#open) {
+        throw new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.');
+      }
     };
     const guard =
       <A extends unknown[], R>(fn: (...args: A) => R) =>

@@ -83,8 +83,8 @@ export async function claimKey(
         // Held by a transaction that has not committed its claim yet.
         return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
       case 'expired':
-        await forgetExpiredRow(q, clock, request.scope, request.key);
-        if (mode === 'lock') return { state: 'vacant' };
+        // Forgotten under the key's advisory lock, which a lock-mode caller then holds.
+        if ((await forgetExpiredRow(q, clock, request.scope, request.key)) && mode === 'lock') return { state: 'vacant' };
         continue;
       case 'lease_expired':
       case 'resumable': {

@@ -53,19 +53,34 @@ export async function enqueueEffect<Payload extends z.ZodType>(
     fingerprint: purposeFingerprint(effect.name, JSON.parse(envelope).p),
   };
   const work = async (tx: Queryable): Promise<EnqueueResult> => {
-    const claim = await claimKey(tx, clock, request, { leaseMs: 30_000, mode: 'lock' });
-    switch (claim.state) {
-      case 'vacant':
-        await addJobStatement(tx, effect, key, envelope);
-        await insertCompletedStatement(tx, clock, request, { ok: true, body: JSON.stringify({ key }) }, options.retentionMs ?? DEFAULT_RETENTION_MS);
-        return { key, enqueued: true };
-      case 'replay':
-        return { key, enqueued: false };
-      case 'mismatch':
-        throw new StepkeyError('mismatch', `Key '${options.key}' already enqueued effect '${effect.name}' with another payload.`);
-      default:
-        throw new StepkeyError('in_progress', `Key '${options.key}' is being used by another transaction right now.`);
+    for (let round = 0; round < 3; round += 1) {
+      const claim = await claimKey(tx, clock, request, { leaseMs: 30_000, mode: 'lock' });
+      switch (claim.state) {
+        case 'vacant': {
+          // The ledger row first: if the key was completed just as this claim began, nothing is
+          // inserted — and no job added — and the key is read again (the caller's transaction
+          // is not aborted by a unique violation).
+          const [written] = await insertCompletedStatement(
+            tx,
+            clock,
+            request,
+            { ok: true, body: JSON.stringify({ key }) },
+            options.retentionMs ?? DEFAULT_RETENTION_MS,
+            { skipIfPresent: true },
+          );
+          if (!written) continue;
+          await addJobStatement(tx, effect, key, envelope);
+          return { key, enqueued: true };
+        }
+        case 'replay':
+          return { key, enqueued: false };
+        case 'mismatch':
+          throw new StepkeyError('mismatch', `Key '${options.key}' already enqueued effect '${effect.name}' with another payload.`);
+        default:
+          throw new StepkeyError('in_progress', `Key '${options.key}' is being used by another transaction right now.`);
+      }
     }
+    throw new StepkeyError('in_progress', `Key '${options.key}' kept changing while it was being enqueued.`);
   };
   // A pool has begin(); a transaction (stepkey's, or postgres.js's sql.begin) has not.
   return typeof (q as Partial<Sql>).begin === 'function' ? inTransaction(q as Sql, work) : work(q);

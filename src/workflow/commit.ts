@@ -16,11 +16,12 @@
 import type postgres from 'postgres';
 import type { Queryable } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
-import { isLeaseLost, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
+import { isConnectionError, isLeaseLost, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { RunStopped } from './errors.js';
 import type { RunState } from './run-state.js';
 import { insertStepRowsStatement, type StepRow } from './sql/step-rows.js';
+import { refreshLeaseStatement } from '../ledger/sql/finish.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
@@ -32,11 +33,16 @@ export interface CommitExtra {
 }
 
 export async function commitWaiting(state: RunState, extra: CommitExtra = {}): Promise<void> {
+  const carriesStart = state.startPending;
   const deferred = state.takeDeferred();
   const transaction = deferred?.transaction ?? state.takeOpening();
   const rows = [...(deferred?.rows ?? []), ...state.takePending(), ...(extra.rows ?? [])];
+  // The start's lease was measured when the claim ran, and no heartbeat covers a row not yet
+  // committed: a start that waited long commits with a fresh lease.
+  const staleStart = carriesStart && Date.now() - state.claimedAt > state.deps.leaseMs / 3;
   const build = (q: Queryable): Statement[] => [
     ...(rows.length ? [insertStepRowsStatement(q, state.deps.clock, state.lease, rows)] : []),
+    ...(staleStart ? [refreshLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
     ...(extra.statements?.(q) ?? []),
   ];
   try {
@@ -51,16 +57,22 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}): P
       }
     }
   } catch (error) {
+    // Whatever failed here is lost: the run must not go on as if it had committed.
     if (isLeaseLost(error)) {
       state.stop('lease_lost');
       throw new RunStopped('lease_lost');
     }
-    if (isUniqueViolation(error)) {
-      // Another holder committed one of these steps first: start again from the ledger.
+    if (isUniqueViolation(error) || isConnectionError(error)) {
+      // Another holder committed one of these steps first, or the connection went: start
+      // again from what the ledger holds.
       state.stop('conflict');
       throw new RunStopped('conflict');
     }
-    throw translateDatabaseError(error, 'recording a run');
+    // Anything else (a transaction aborted by a statement the step caught, a deferred
+    // constraint) fails the run — resumable once the code is fixed.
+    const failure = translateDatabaseError(error, 'recording a run');
+    state.halt(failure);
+    throw failure;
   }
   for (const row of rows) state.finished.set(row.name, row);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);

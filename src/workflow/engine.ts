@@ -55,7 +55,7 @@ export interface EngineOptions {
   retentionMs?: number;
   /** How often the sweeper looks for expired leases (default 1 s, env STEPKEY_SWEEP_INTERVAL_MS). */
   sweepIntervalMs?: number;
-  /** Runs the sweeper may execute at once in this process (default 16). */
+  /** Runs the sweeper may execute at once in this process (default 8; each holds a pooled connection while it writes). */
   maxConcurrentRuns?: number;
   /** Step kinds added by other layers (the outbox's enqueue). */
   stepExtensions?: readonly StepHandleExtension[];
@@ -123,11 +123,11 @@ export class Engine {
     this.leaseMs = positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), 8_000);
     this.retentionMs = positive('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS);
     this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs ?? envNumber('STEPKEY_SWEEP_INTERVAL_MS'), 1_000);
-    this.maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 16);
+    this.maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 8);
     const heartbeatMs = positive('heartbeatMs', options.heartbeatMs, Math.max(50, Math.floor(this.leaseMs / 3)));
     this.#extensions = [enqueueStep, ...(options.stepExtensions ?? [])];
     this.#onError = options.onError ?? ((error, context) => console.error(`stepkey: ${context}:`, error));
-    this.#deps = { sql: this.sql, clock: this.clock, retentionMs: this.retentionMs };
+    this.#deps = { sql: this.sql, clock: this.clock, retentionMs: this.retentionMs, leaseMs: this.leaseMs };
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
     this.#heartbeat.unref();
   }

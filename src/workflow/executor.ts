@@ -56,15 +56,21 @@ async function execute(
   let outcome: { ok: boolean; body: string };
   try {
     const value = await workflow.run({ input, steps: handles(state, workflow, extensions), ctx: context(state, workflow) });
+    // Steps called and not awaited finish before the run's outcome is recorded.
+    await state.exclusive(async () => undefined);
+    state.ended = true;
     state.throwIfStopped();
     outcome = { ok: true, body: encodeChecked(value, workflow.output, `The result of ${what}`) };
-  } catch (error) {
-    if (error instanceof RunStopped || state.stopReason) {
+  } catch (caught) {
+    state.ended = true;
+    // A halted execution fails with the error that halted it, whatever the workflow code threw after.
+    const error = state.halted ? state.halted.error : caught;
+    if (state.stopReason || (!state.halted && error instanceof RunStopped)) {
       // What is done is kept (the start, the last step), so another process goes on from there.
       await commitWaiting(state).catch(() => undefined);
       return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
     }
-    if (classifyError(error) !== 'stored') return fail(state, error);
+    if (state.halted || classifyError(error) !== 'stored') return fail(state, error);
     outcome = { ok: false, body: toJsonText(serializeError(error), 'error') };
   }
 
@@ -76,6 +82,7 @@ async function execute(
     });
   } catch (error) {
     if (error instanceof RunStopped) return { state: 'stopped', reason: error.reason };
+    if (state.halted) return fail(state, state.halted.error);
     throw translateDatabaseError(error, `completing ${what}`);
   }
   return outcome.ok ? { state: 'completed', body: outcome.body } : { state: 'errored', error: JSON.parse(outcome.body) };

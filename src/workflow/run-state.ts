@@ -17,6 +17,7 @@ export interface RunDeps {
   sql: Sql;
   clock: Clock;
   retentionMs: number;
+  leaseMs: number;
 }
 
 export class RunState {
@@ -44,6 +45,13 @@ export class RunState {
   readonly #used = new Set<string>();
   readonly #controller = new AbortController();
   #stopReason: StopReason | undefined;
+  #halted: { error: unknown } | undefined;
+  /** Steps of one run execute one at a time, in the order they were called. */
+  #queue: Promise<unknown> = Promise.resolve();
+  /** Set once the run's outcome is being recorded: no step may start after it. */
+  ended = false;
+  /** When the run's folded start was claimed (its lease was computed then). */
+  readonly claimedAt = Date.now();
 
   constructor(
     deps: RunDeps,
@@ -94,8 +102,29 @@ export class RunState {
     this.#controller.abort(new RunStopped(reason));
   }
 
+  /**
+   * Ends this execution with `error`, for good: every later step boundary
+   * throws it again, so that workflow code catching it cannot carry on (a
+   * failed commit must not be followed by the run's completion).
+   */
+  halt(error: unknown): void {
+    this.#halted ??= { error };
+  }
+
+  get halted(): { error: unknown } | undefined {
+    return this.#halted;
+  }
+
   throwIfStopped(): void {
     if (this.#stopReason) throw new RunStopped(this.#stopReason);
+    if (this.#halted) throw this.#halted.error;
+  }
+
+  /** Runs `work` after every step called before it has finished. */
+  exclusive<T>(work: () => Promise<T>): Promise<T> {
+    const result = this.#queue.then(work);
+    this.#queue = result.catch(() => undefined);
+    return result;
   }
 
   /** Marks an instance name used in this execution; a second use is an error with `duplicateMessage`. */

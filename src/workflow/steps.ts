@@ -15,6 +15,7 @@
  * thrown again on every replay. Retryable errors are retried by the step's
  * policy.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { drizzleOn } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
@@ -51,7 +52,30 @@ function replay(target: StepTarget, instance: string, finished: FinishedStep): u
  * recording. `attemptOnce` does the work; `record` commits the step row (and
  * whatever must commit with it) or returns what another holder committed.
  */
-export async function runStep(
+export function runStep(
+  target: StepTarget,
+  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt>,
+  record: (row: StepRow) => Promise<'committed' | 'deferred'>,
+): Promise<unknown> {
+  const { state, declaration } = target;
+  if (insideStep.getStore() === state) {
+    return Promise.reject(
+      new StepkeyError('definition_error', `Step '${declaration.name}' was called inside another step of the same run; steps cannot be nested.`),
+    );
+  }
+  if (state.ended) {
+    return Promise.reject(
+      new StepkeyError('definition_error', `Step '${declaration.name}' was called after its run ended (was a step not awaited?).`),
+    );
+  }
+  // One step at a time, in call order, even when workflow code starts several at once.
+  return state.exclusive(() => insideStep.run(state, () => executeStep(target, attemptOnce, record)));
+}
+
+/** Which run's step the current async context is inside (to refuse nested steps). */
+const insideStep = new AsyncLocalStorage<RunState>();
+
+async function executeStep(
   target: StepTarget,
   attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt>,
   record: (row: StepRow) => Promise<'committed' | 'deferred'>,

@@ -7,12 +7,15 @@
  *   in-progress answer costs one read. (`ON CONFLICT DO UPDATE … WHERE` would
  *   row-lock the existing row even when its WHERE is false, so every replay
  *   would write and duplicates would queue behind each other.)
- * - A claim never waits for another transaction. An insert that conflicts
- *   with an uncommitted insert of the same key waits until that transaction
- *   ends — for `once`, until its work is done. So every claim first takes a
- *   transaction-scoped advisory lock on the key with pg_try_advisory_xact_lock:
- *   if a `once` holds the key uncommitted, the lock is taken and the answer is
- *   "locked" (in progress) at once, without touching the row.
+ * - A claim does not wait for another claimant's work. An insert that
+ *   conflicts with an uncommitted insert of the same key waits until that
+ *   transaction ends — for `once`, until its work is done. So a claim that
+ *   finds no row first takes a transaction-scoped advisory lock on the key
+ *   (pg_try_advisory_xact_lock): if a `once` or a folded run start holds the
+ *   key uncommitted, the lock is taken and the answer is "locked" (in
+ *   progress) at once. A claim that finds the row needs no lock, so any
+ *   number of replays run side by side. (An insert may still wait an instant
+ *   behind a heartbeat or completion updating the same row.)
  *
  * Two modes. `insert` writes the claim as an in-progress row (the split
  * form: the claim commits on its own, then the work, then the outcome).
@@ -58,8 +61,15 @@ export async function claimRow(
   const now = sqlNow(q, clock);
   const insert = mode === 'insert';
   const rows = await q<ClaimRow[]>`
-    with lock as (
-      select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held
+    with existing as (
+      select l.expires_at, l.fingerprint, l.status, l.locked_until, l.attempts, l.outcome,
+             l.outcome_ok, l.outcome_code, l.kind, l.name
+        from stepkey.ledger l
+       where l.scope = ${request.scope} and l.key = ${request.key}
+    ), lock as (
+      select case when exists (select 1 from existing) then null
+                  else pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
+             end as held
     ), inserted as (
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
@@ -78,14 +88,9 @@ export async function claimRow(
            null::text as kind, null::text as name
       from inserted
     union all
-    select 'locked', 0, null, null, null, null, null, null, null
+    select case when lock.held then 'vacant' else 'locked' end, 0, null, null, null, null, null, null, null
       from lock
-     where not lock.held
-    union all
-    select 'vacant', 0, null, null, null, null, null, null, null
-      from lock
-     where lock.held and not ${insert}::boolean
-       and not exists (select 1 from stepkey.ledger where scope = ${request.scope} and key = ${request.key})
+     where lock.held is not null and not (lock.held and ${insert}::boolean)
     union all
     select case
              when l.expires_at is not null and l.expires_at <= ${now} then 'expired'
@@ -98,7 +103,6 @@ export async function claimRow(
            l.attempts, l.status, l.outcome, l.outcome_ok, l.outcome_code,
            greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int,
            l.kind, l.name
-      from stepkey.ledger l, lock
-     where lock.held and l.scope = ${request.scope} and l.key = ${request.key}`;
+      from existing l`;
   return rows[0];
 }

@@ -101,9 +101,13 @@ export function insertCompletedStatement(
   request: ClaimRequest,
   outcome: OutcomeToStore,
   retentionMs: number,
+  options: { skipIfPresent?: boolean } = {},
 ) {
   const now = sqlNow(q, clock);
   const parentKey = request.parentKey ?? null;
+  // skipIfPresent: no row (instead of a unique violation) when the key exists — for callers
+  // that must not abort the transaction they share with their caller, and that then read again.
+  const onConflict = options.skipIfPresent ? q`on conflict (scope, key) do nothing returning 1` : q``;
   return q`
     insert into stepkey.ledger
       (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, outcome_code,
@@ -112,5 +116,19 @@ export function insertCompletedStatement(
       (${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null}, ${parentKey},
        ${request.fingerprint}, 'completed', ${outcome.body}, ${outcome.ok}, ${outcome.code ?? null}::int,
        1, ${now}, ${now}, ${now},
-       case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)`;
+       case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)
+    ${onConflict}`;
+}
+
+/**
+ * Extends a lease measured from the wall clock (clock_timestamp(), not the
+ * transaction's start): for a transaction that has been open a while, such as
+ * a run's first step carrying the run's start.
+ */
+export function refreshLeaseStatement(q: Queryable, clock: Clock, lease: Lease, leaseMs: number) {
+  return q`
+    update stepkey.ledger
+       set locked_until = clock_timestamp() + ${clock.offsetMs + leaseMs}::float8 * interval '1 millisecond'
+     where scope = ${lease.scope} and key = ${lease.key}
+       and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
 }

@@ -4,7 +4,9 @@
  * Guarantee: the rows are written only while the caller holds the run's
  * lease (its token is the run row's current one and the run is in progress);
  * otherwise stepkey.lease_held raises SKL01 and the whole step transaction —
- * business writes included — rolls back. A plain INSERT, never ON CONFLICT DO
+ * business writes included — rolls back. The run row is share-locked until
+ * COMMIT, so a takeover or a cancel lands either before the fence (and the
+ * step rolls back) or after the commit (and the step counts). A plain INSERT, never ON CONFLICT DO
  * NOTHING: if another holder committed the same step first, the unique
  * violation (23505) rolls this transaction back too, and the step replays the
  * other holder's outcome. So a process whose lease was taken over can never
@@ -29,9 +31,10 @@ export function insertStepRowsStatement(q: Queryable, clock: Clock, run: Lease, 
   return q`
     with fence as (
       select stepkey.lease_held(count(*)) as held
-        from stepkey.ledger
-       where scope = ${run.scope} and key = ${run.key}
-         and lease_token = ${run.token}::uuid and status = 'in_progress'
+        from (select 1 from stepkey.ledger
+               where scope = ${run.scope} and key = ${run.key}
+                 and lease_token = ${run.token}::uuid and status = 'in_progress'
+                 for share) as run
     )
     insert into stepkey.ledger
       (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts,
