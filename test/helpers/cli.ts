@@ -3,8 +3,13 @@
  * stderr, the test database as DATABASE_URL and a working directory of the
  * test's choosing.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll } from 'vitest';
 import { main } from '../../src/cli/main.js';
+import type { TestDatabase } from './database.js';
 
 export interface CliResult {
   code: number;
@@ -46,5 +51,29 @@ export async function runCli(argv: string[], options: CliOptions = {}): Promise<
         throw new Error(`stepkey ${argv.join(' ')} exited ${code} without JSON on stdout; stderr: ${stderr}`);
       }
     },
+  };
+}
+
+/**
+ * A file's CLI: runs against the file's test database (or none, `offline`) in
+ * an empty working directory made for the file and removed after it.
+ */
+export function useCli(db: () => TestDatabase): {
+  cli: (argv: string[], options?: { cwd?: string; offline?: boolean; env?: CliOptions['env'] }) => Promise<CliResult>;
+  dir: () => string;
+} {
+  let dir = '';
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'stepkey-cli-'));
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+  return {
+    cli: (argv, options = {}) =>
+      runCli(argv, {
+        ...(options.offline ? {} : { databaseUrl: db().url }),
+        cwd: options.cwd ?? dir,
+        ...(options.env ? { env: options.env } : {}),
+      }),
+    dir: () => dir,
   };
 }

@@ -3,33 +3,26 @@
  * (renamed step, removed effect), extended by a careful one (version 2), and
  * the live runs and jobs a change would strand.
  */
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { enqueueEffect } from '../../src/outbox/enqueue.js';
-import { appModule, runCli } from '../helpers/cli.js';
+import { appModule, useCli } from '../helpers/cli.js';
 import { completedCheckout, failedCheckout } from '../helpers/cli-fixtures.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { audit } from '../helpers/scripts/cli-app.js';
 
 const db = useTestDatabase();
-const cli = (argv: string[], options: { cwd: string; offline?: boolean }) =>
-  runCli(argv, { ...(options.offline ? {} : { databaseUrl: db().url }), cwd: options.cwd });
+const { cli, dir: workDir } = useCli(db);
 
 describe('check', () => {
-  let dir = '';
-  beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'stepkey-check-'));
-  });
-  afterAll(() => rm(dir, { recursive: true, force: true }));
   type AppName = Parameters<typeof appModule>[0];
   /** check without a database (DATABASE_URL unset). */
   const check = (module: AppName, ...more: string[]) =>
-    cli(['check', '--app', appModule(module), ...more], { cwd: dir, offline: true });
+    cli(['check', '--app', appModule(module), ...more], { offline: true });
   /** check with the test database as DATABASE_URL. */
-  const online = (module: AppName, ...more: string[]) => cli(['check', '--app', appModule(module), ...more], { cwd: dir });
+  const online = (module: AppName, ...more: string[]) => cli(['check', '--app', appModule(module), ...more]);
 
   it('explains how to create a manifest, writes it sorted, then passes', async () => {
     const missing = await check('cli-app');
@@ -40,7 +33,7 @@ describe('check', () => {
     const written = await check('cli-app', '--write');
     expect(written.code).toBe(0);
     expect(written.stdout).toMatch(/Wrote .*stepkey\.manifest\.json \(3 workflows, 3 versions, 6 steps, 2 effects\)/);
-    const manifest = JSON.parse(await readFile(join(dir, 'stepkey.manifest.json'), 'utf8'));
+    const manifest = JSON.parse(await readFile(join(workDir(), 'stepkey.manifest.json'), 'utf8'));
     expect(manifest).toMatchObject({
       manifest: 1,
       workflows: {
@@ -59,7 +52,7 @@ describe('check', () => {
   });
 
   it('fails on a renamed step and a removed effect, naming each, and refuses to write them', async () => {
-    const before = await readFile(join(dir, 'stepkey.manifest.json'), 'utf8');
+    const before = await readFile(join(workDir(), 'stepkey.manifest.json'), 'utf8');
     const result = await check('cli-app-changed');
     expect(result.code).toBe(1);
     expect(result.stdout).toContain(
@@ -74,7 +67,7 @@ describe('check', () => {
     const refused = await check('cli-app-changed', '--write');
     expect(refused.code).toBe(1);
     expect(refused.stdout).toContain('Not written: 2 problems (fix them, or pass --force).');
-    expect(await readFile(join(dir, 'stepkey.manifest.json'), 'utf8')).toBe(before);
+    expect(await readFile(join(workDir(), 'stepkey.manifest.json'), 'utf8')).toBe(before);
   });
 
   it('passes when a version 2 is added beside version 1', async () => {
@@ -107,13 +100,13 @@ describe('check', () => {
   });
 
   it('writes a manifest with problems only with --force', async () => {
-    const path = join(dir, 'forced.json');
-    await writeFile(path, await readFile(join(dir, 'stepkey.manifest.json'), 'utf8'));
+    const path = join(workDir(), 'forced.json');
+    await writeFile(path, await readFile(join(workDir(), 'stepkey.manifest.json'), 'utf8'));
     const forced = await check('cli-app-changed', '--manifest', path, '--write', '--force');
     expect(forced.code).toBe(0);
     expect(forced.stdout).toContain('despite the problems above (--force)');
     expect(JSON.parse(await readFile(path, 'utf8')).workflows['cli-checkout']['1']).toEqual(['charge.v2', 'confirm.v1', 'reserve.v1']);
-    const malformed = join(dir, 'bad.json');
+    const malformed = join(workDir(), 'bad.json');
     await writeFile(malformed, '{"manifest": 1}');
     const bad = await check('cli-app', '--manifest', malformed);
     expect(bad.code).toBe(1);

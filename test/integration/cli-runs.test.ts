@@ -1,11 +1,8 @@
 /**
  * The stepkey CLI on runs: the listing (stuck first), cancel and resume.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { appModule, runCli } from '../helpers/cli.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { appModule, useCli } from '../helpers/cli.js';
 import { completedCheckout, failedCheckout, makeInProgress } from '../helpers/cli-fixtures.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
@@ -14,16 +11,11 @@ import { gated, refusing, workflows } from '../helpers/scripts/cli-app.js';
 
 const db = useTestDatabase();
 const app = appModule('cli-app');
-let emptyDir = '';
-
-const cli = (argv: string[], options: { cwd?: string; offline?: boolean } = {}) =>
-  runCli(argv, { ...(options.offline ? {} : { databaseUrl: db().url }), cwd: options.cwd ?? emptyDir });
+const { cli } = useCli(db);
 
 beforeAll(async () => {
   await db().sql`create table cli_gate (open boolean not null)`;
-  emptyDir = await mkdtemp(join(tmpdir(), 'stepkey-cli-'));
 });
-afterAll(() => rm(emptyDir, { recursive: true, force: true }));
 
 describe('runs', () => {
   it('lists stuck runs first, then failed, running and the rest', async () => {

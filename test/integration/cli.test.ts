@@ -10,22 +10,14 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { commands } from '../../src/cli/main.js';
 import { childKey, rootKey } from '../../src/keys/derive.js';
-import { appModule, runCli } from '../helpers/cli.js';
+import { appModule, runCli, useCli } from '../helpers/cli.js';
 import { completedCheckout, failedCheckout } from '../helpers/cli-fixtures.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { withDatabase } from '../helpers/urls.js';
 
 const db = useTestDatabase();
 const app = appModule('cli-app');
-let emptyDir = '';
-
-const cli = (argv: string[], options: { cwd?: string; offline?: boolean } = {}) =>
-  runCli(argv, { ...(options.offline ? {} : { databaseUrl: db().url }), cwd: options.cwd ?? emptyDir });
-
-beforeAll(async () => {
-  emptyDir = await mkdtemp(join(tmpdir(), 'stepkey-cli-'));
-});
-afterAll(() => rm(emptyDir, { recursive: true, force: true }));
+const { cli, dir: emptyDir } = useCli(db);
 
 describe('usage', () => {
   it('prints help for stepkey and for every command, exit 0', async () => {
@@ -89,13 +81,13 @@ describe('usage', () => {
   it('prints the stack only with STEPKEY_DEBUG=1', async () => {
     const quiet = await cli(['inspect', 'nothing-here']);
     expect(quiet.stderr.trim().split('\n')).toHaveLength(1);
-    const debug = await runCli(['inspect', 'nothing-here'], { databaseUrl: db().url, cwd: emptyDir, env: { STEPKEY_DEBUG: '1' } });
+    const debug = await cli(['inspect', 'nothing-here'], { env: { STEPKEY_DEBUG: '1' } });
     expect(debug.code).toBe(1);
     expect(debug.stderr).toMatch(/^stepkey: No key 'nothing-here'[^\n]*\nCliFailure: No key[^\n]*\n\s+at /);
   });
 
   it('exits 1 with one line when the database cannot be reached', async () => {
-    const result = await runCli(['purge', '--database', 'postgres://nobody@127.0.0.1:1/none'], { cwd: emptyDir });
+    const result = await runCli(['purge', '--database', 'postgres://nobody@127.0.0.1:1/none'], { cwd: emptyDir() });
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/^stepkey: Postgres is unavailable/);
     expect(result.stderr.trim().split('\n')).toHaveLength(1);
@@ -115,7 +107,7 @@ describe('migrate and purge', () => {
     await admin.unsafe(`create database ${name}`);
     await admin.end();
     const url = withDatabase(inject('adminUrl'), name);
-    const first = await runCli(['migrate', '--database', url, '--app', app], { cwd: emptyDir });
+    const first = await runCli(['migrate', '--database', url, '--app', app], { cwd: emptyDir() });
     expect(first.stderr).toBe('');
     expect(first.code).toBe(0);
     expect(first.stdout).toMatch(/^Migrated postgres:\/\/.*stepkey, graphile_worker, 1 app folder/);
@@ -123,7 +115,7 @@ describe('migrate and purge', () => {
     try {
       const count = async () => (await sql`select count(*)::int as n from stepkey.__migrations`)[0]!.n as number;
       const applied = await count();
-      const again = await runCli(['migrate', '--database', url, '--app', app, '--json'], { cwd: emptyDir });
+      const again = await runCli(['migrate', '--database', url, '--app', app, '--json'], { cwd: emptyDir() });
       expect(again.code).toBe(0);
       expect(again.json()).toMatchObject({ migrated: true });
       expect(await count()).toBe(applied);
