@@ -36,6 +36,11 @@ import { stepInstanceName } from '../keys/derive.js';
 /** An attempt's result: a value to record, or an error to record, or an error to retry. */
 export type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
 
+/** Runs one attempt of a step's work under its derived key. */
+type AttemptOnce = (key: string, attempt: number, instance: string) => Promise<Attempt>;
+/** Commits a step's row (and what must commit with it), or leaves it to the next boundary. */
+type RecordStep = (row: StepRow) => Promise<'committed' | 'deferred'>;
+
 export interface StepTarget {
   state: RunState;
   declaration: StepDeclaration;
@@ -54,8 +59,8 @@ function replay(target: StepTarget, instance: string, finished: FinishedStep): u
  */
 export function runStep(
   target: StepTarget,
-  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt>,
-  record: (row: StepRow) => Promise<'committed' | 'deferred'>,
+  attemptOnce: AttemptOnce,
+  record: RecordStep,
 ): Promise<unknown> {
   const { state, declaration } = target;
   if (insideStep.getStore() === state) {
@@ -77,8 +82,8 @@ const insideStep = new AsyncLocalStorage<RunState>();
 
 async function executeStep(
   target: StepTarget,
-  attemptOnce: (key: string, attempt: number, instance: string) => Promise<Attempt>,
-  record: (row: StepRow) => Promise<'committed' | 'deferred'>,
+  attemptOnce: AttemptOnce,
+  record: RecordStep,
 ): Promise<unknown> {
   const { state, declaration } = target;
   const instance = stepInstanceName(declaration.name, target.use?.id);
