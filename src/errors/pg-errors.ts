@@ -70,6 +70,11 @@ export function isLeaseLost(error: unknown): boolean {
   return errorCode(error) === SqlState.leaseLost;
 }
 
+/** A statement cancelled by Postgres (statement_timeout, or a cancel request). */
+export function isQueryCanceled(error: unknown): boolean {
+  return errorCode(error) === SqlState.queryCanceled;
+}
+
 export function isLockTimeout(error: unknown): boolean {
   return errorCode(error) === SqlState.lockNotAvailable;
 }

@@ -18,7 +18,7 @@
 import type { z } from 'zod';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidStepName } from '../keys/validate.js';
-import { resolveRetryPolicy, DEFAULT_CALL_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
+import { resolveRetryPolicy, DEFAULT_STEP_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
 import type { RunArguments } from './handles.js';
 
 export type AnySchema = z.ZodType;
@@ -27,7 +27,11 @@ export interface StepOptions<Output extends AnySchema | undefined = AnySchema | 
   /** Schema of the step's result: checked when it runs, and applied again when it replays. */
   output?: Output;
   retry?: RetryPolicy;
-  /** How long one attempt of a `call` step may take before it is aborted (default 30 s). */
+  /**
+   * How long one attempt may take (default 30 s). A `call` is aborted through
+   * its signal; a `tx` step's transaction is rolled back (a statement still
+   * running is cancelled by Postgres). Either way the attempt is retried.
+   */
   timeoutMs?: number;
 }
 
@@ -46,7 +50,7 @@ export function step<Output extends AnySchema | undefined>(
 ): StepDeclaration<Output>;
 export function step(name: string, options: StepOptions = {}): StepDeclaration {
   assertValidStepName(name);
-  const timeoutMs = options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+  const timeoutMs = options.timeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new StepkeyError('definition_error', `Step '${name}': timeoutMs must be a positive number, got ${timeoutMs}.`);
   }

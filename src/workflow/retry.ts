@@ -30,7 +30,7 @@ export const defaultRetryPolicy: ResolvedRetryPolicy = {
 };
 
 /** Default time a `call` step may take (30 s). */
-export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+export const DEFAULT_STEP_TIMEOUT_MS = 30_000;
 
 export function resolveRetryPolicy(policy: RetryPolicy | undefined, where: string): ResolvedRetryPolicy {
   const resolved = { ...defaultRetryPolicy, ...policy };

@@ -2,6 +2,7 @@
  * Executing steps.
  *
  *   tx     BEGIN; fn(tx); INSERT step row (fenced by the run's lease); COMMIT
+ *          — bounded by the step's timeout (statement_timeout and a timer);
  *          — BEGIN goes with fn's first statement; the step row and COMMIT go
  *          at the next step boundary, with whatever commits there (the run's
  *          completion, when the run ends after this step). The first step of a
@@ -18,7 +19,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { drizzleOn } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
-import { translateDatabaseError } from '../errors/pg-errors.js';
+import { isQueryCanceled, translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { serializeError, toJsonText } from '../ledger/outcome.js';
@@ -159,14 +160,24 @@ export function runTxStep(
     async (key, attempt, instance) => {
       const { transaction, folded } = await stepTransaction(state, instance);
       const tx = transaction.sql;
+      // The attempt's budget: Postgres cancels a statement still running (waiting on a lock, say)
+      // at the timeout, and the timer below gives up on code waiting on anything else.
+      transaction.pipeline(`set local statement_timeout = ${declaration.timeoutMs}`);
+      const timeout = stepTimeout(instance, declaration.timeoutMs, attempt);
+      let timer: NodeJS.Timeout | undefined;
+      const expired = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(timeout), declaration.timeoutMs);
+      });
       try {
-        const value = await fn(drizzleOn(tx), { sql: tx, key, attempt });
+        const value = await Promise.race([fn(drizzleOn(tx), { sql: tx, key, attempt }), expired]);
         const body = encodeChecked(value, declaration.output, `The output of step '${instance}'`);
         succeeded = transaction;
         return { ok: true, body };
       } catch (error) {
         await abandonStep(transaction, folded);
-        return { ok: false, error };
+        return { ok: false, error: isQueryCanceled(error) ? timeout : error };
+      } finally {
+        clearTimeout(timer);
       }
     },
     async (row) => {
@@ -193,10 +204,7 @@ export function runCallStep(target: StepTarget, fn: (context: CallContext) => Pr
       const controller = new AbortController();
       const onStop = () => controller.abort(state.signal.reason);
       state.signal.addEventListener('abort', onStop, { once: true });
-      const timeout = new StepkeyError(
-        'step_timeout',
-        `Step '${instance}' timed out after ${declaration.timeoutMs} ms (attempt ${attempt}).`,
-      );
+      const timeout = stepTimeout(instance, declaration.timeoutMs, attempt);
       const timer = setTimeout(() => controller.abort(timeout), declaration.timeoutMs);
       try {
         const aborted = new Promise<never>((_, reject) => {
@@ -218,6 +226,10 @@ export function runCallStep(target: StepTarget, fn: (context: CallContext) => Pr
       return 'committed';
     },
   );
+}
+
+function stepTimeout(instance: string, timeoutMs: number, attempt: number): StepkeyError {
+  return new StepkeyError('step_timeout', `Step '${instance}' timed out after ${timeoutMs} ms (attempt ${attempt}).`);
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

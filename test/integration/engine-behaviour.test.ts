@@ -153,6 +153,72 @@ describe('retries, timeouts and cancel', () => {
     await engine.shutdown();
   });
 
+  it('rolls back a tx step blocked on a lock at its timeout (Postgres cancels the statement) and retries it', async () => {
+    await db().sql`create table stock (sku text primary key, left_count int not null)`;
+    await db().sql`insert into stock values ('sku-1', 5)`;
+    const holder = await db().sql.reserve();
+    await holder`begin`;
+    await holder`select * from stock where sku = 'sku-1' for update`;
+    const blocked = defineWorkflow({
+      name: 'blocked-tx',
+      version: 1,
+      input: z.object({}),
+      steps: { reserve: step('reserve.v1', { timeoutMs: 300, retry: { attempts: 3, initialDelayMs: 10 } }) },
+      async run({ steps }) {
+        return steps.reserve.tx(async (_db, context) => {
+          await record('reserve.v1')(_db, context);
+          if (context.attempt === 2) await holder`commit`;
+          await context.sql`update stock set left_count = left_count - 1 where sku = 'sku-1'`;
+          return { attempt: context.attempt };
+        });
+      },
+    });
+    const engine = testEngine(db(), [blocked]);
+    const ref = { scope: 'acme', key: uniqueKey('blocked') };
+    try {
+      expect(await engine.run(blocked, ref, {})).toEqual({ attempt: 2 });
+    } finally {
+      holder.release();
+    }
+    expect((await db().sql`select left_count from stock where sku = 'sku-1'`)[0]!.left_count).toBe(4);
+    expect(await effectCount(childKey(rootKey(ref.scope, ref.key), 'reserve.v1'))).toBe(1);
+    expect((await engine.get(ref))!.steps[0]).toMatchObject({ name: 'reserve.v1', attempts: 2 });
+    await engine.shutdown();
+  });
+
+  it('gives up on a tx step that waits past its timeout, rolls its writes back, and fails resumably when attempts run out', async () => {
+    let hang = true;
+    const stalled = defineWorkflow({
+      name: 'stalled-tx',
+      version: 1,
+      input: z.object({}),
+      steps: {
+        before: step('before.v1'),
+        stall: step('stall.v1', { timeoutMs: 200, retry: { attempts: 2, initialDelayMs: 10 } }),
+      },
+      async run({ steps }) {
+        await steps.before.tx(record('before.v1'));
+        return steps.stall.tx(async (_db, context) => {
+          await record('stall.v1')(_db, context);
+          if (hang) await new Promise(() => {});
+          return 'done';
+        });
+      },
+    });
+    const engine = testEngine(db(), [stalled]);
+    const ref = { scope: 'acme', key: uniqueKey('stalled') };
+    const stallKey = childKey(rootKey(ref.scope, ref.key), 'stall.v1');
+    const error = (await engine.run(stalled, ref, {}).catch((e: unknown) => e)) as StepkeyError;
+    expect(error.code).toBe('run_failed');
+    expect(error.message).toMatch(/Step 'stall.v1' failed 2 times: Step 'stall.v1' timed out after 200 ms \(attempt 2\)/);
+    expect(await effectCount(stallKey)).toBe(0);
+    hang = false;
+    expect(await engine.run(stalled, ref, {})).toBe('done');
+    expect(await effectCount(stallKey)).toBe(1);
+    expect(await effectCount(childKey(rootKey(ref.scope, ref.key), 'before.v1'))).toBe(1);
+    await engine.shutdown();
+  });
+
   it('fails a run resumably when retries run out; the next start resumes from that step', async () => {
     let healthy = false;
     const flaky = defineWorkflow({
