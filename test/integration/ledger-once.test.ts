@@ -64,6 +64,26 @@ describe('once', () => {
     expect(await ordersFor(key)).toBe(1);
   });
 
+  it('never runs the function again for a key completed just as a duplicate claimed it', async () => {
+    // Quick functions and many duplicates: some claims start just as the winner commits.
+    const ledger = testLedger(db());
+    const rounds = 150;
+    let executions = 0;
+    for (let round = 0; round < rounds; round += 1) {
+      const key = uniqueKey('race');
+      const results = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          ledger.once({ scope: 'acme', key, fingerprint: 'fp' }, async () => {
+            executions += 1;
+            return { round };
+          }),
+        ),
+      );
+      expect(results.filter((r) => r.state === 'executed')).toHaveLength(1);
+    }
+    expect(executions).toBe(rounds);
+  });
+
   it('answers a duplicate promptly while the first call still works', async () => {
     const ledger = testLedger(db());
     const key = uniqueKey();

@@ -27,10 +27,13 @@
  * Under READ COMMITTED the read half uses the snapshot taken when the
  * statement began: a row committed after it (by a holder that finished while
  * this statement ran) is not seen. In `insert` mode the insert still meets
- * that row, so the statement returns no row and the caller reads again; in
- * `lock` mode the answer may be "vacant" though the key was just completed —
- * `once` then meets the row as a unique violation at its final insert, rolls
- * back and reads again.
+ * that row, so the statement returns no row and the caller reads again. In
+ * `lock` mode nothing would meet it — `once` would run its function for a key
+ * just completed — so the advisory lock is first tried by a statement of its
+ * own, sent with the claim in one round trip: the claim's snapshot is then
+ * taken after that attempt, and "vacant" is answered only when the earlier
+ * statement got the lock. A holder releases the lock only after its commit is
+ * visible, so a claim that got the lock sees the holder's row.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
@@ -60,6 +63,11 @@ export async function claimRow(
 ): Promise<ClaimRow | undefined> {
   const now = sqlNow(q, clock);
   const insert = mode === 'insert';
+  const locking = insert
+    ? undefined
+    : q<{ held: boolean }[]>`
+        select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held`.execute();
+  locking?.catch(() => {});
   const rows = await q<ClaimRow[]>`
     with existing as (
       select l.expires_at, l.fingerprint, l.status, l.locked_until, l.attempts, l.outcome,
@@ -104,5 +112,8 @@ export async function claimRow(
            greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int,
            l.kind, l.name
       from existing l`;
-  return rows[0];
+  const row = rows[0];
+  // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
+  if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
+  return row;
 }
