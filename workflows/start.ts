@@ -121,7 +121,14 @@ async function main(): Promise<void> {
       -H 'Idempotency-Key: "${key}"' \\
       -d '{"sku":"sku-espresso","quantity":1,"email":"ada@example.com"}'
 
-  Then: npm run demo (in another terminal) · Ctrl-C stops everything.
+  Look inside, in another terminal:
+
+    export DATABASE_URL='${databaseUrl}'
+    npm run stepkey -- inspect ${key} --scope acme   # the run, its steps, the charge, the email job
+    npm run stepkey -- runs
+    npm run demo
+
+  Ctrl-C stops everything (from a script: kill -INT ${process.pid}).
 `);
 }
 
