@@ -36,7 +36,10 @@ export interface EffectOptions<Payload extends z.ZodType> {
   payload: Payload;
   /** Applies the effect. Throw to retry; throw an error with retryable === false to fail for good. */
   handler: (payload: z.output<Payload>, context: EffectContext) => Promise<void>;
-  /** Deliveries before the job fails for good (default 10: about ten hours of backoff). */
+  /**
+   * Deliveries before the job fails for good (default 10: nine retries over
+   * about 3.6 hours — e¹ + … + e⁹ seconds of backoff, see retryHorizonMs).
+   */
   maxAttempts?: number;
   /** Inbox consumer name (default: the effect's name). */
   consumer?: string;

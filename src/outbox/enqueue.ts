@@ -7,7 +7,7 @@
  */
 import type { Queryable, Sql } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
-import { inTransaction } from '../db/transaction.js';
+import { inTransaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { childKey, rootKey } from '../keys/derive.js';
 import { purposeFingerprint } from '../keys/fingerprint.js';
@@ -35,6 +35,10 @@ export interface EnqueueOptions extends KeyRef {
 /**
  * `q` is the caller's open transaction (the job commits with it): stepkey's
  * TxSql or postgres.js's `sql.begin` — or a pool, for a transaction of its own.
+ * Guarantee: the ledger row and the job commit together or not at all. So a
+ * reserved connection (`sql.reserve()`) is refused: stepkey cannot tell whether
+ * it is inside a transaction, and outside one the row would commit before the
+ * job is added — a crash in between would lose the effect for good.
  */
 export async function enqueueEffect<Payload extends z.ZodType>(
   q: Queryable,
@@ -42,6 +46,16 @@ export async function enqueueEffect<Payload extends z.ZodType>(
   payload: z.input<Payload>,
   options: EnqueueOptions,
 ): Promise<EnqueueResult> {
+  const isPool = typeof (q as Partial<Sql>).begin === 'function';
+  // Transactions (stepkey's TxSql, postgres.js's sql.begin) have savepoint(); reserved connections have not.
+  if (!isPool && typeof (q as Partial<TxSql>).savepoint !== 'function') {
+    throw new StepkeyError(
+      'invalid_options',
+      `enqueueEffect('${effect.name}') needs a transaction (stepkey's, or postgres.js's sql.begin) or a pool, ` +
+        'and was given a connection outside either (a reserved connection?): the ledger row and the job would not ' +
+        'commit together. Call it inside a transaction, or pass the pool. Nothing was enqueued.',
+    );
+  }
   const key = childKey(rootKey(options.scope, options.key), effect.name);
   const envelope = envelopeText(effect, key, options.scope, payload);
   const clock = options.clock ?? systemClock;
@@ -82,6 +96,5 @@ export async function enqueueEffect<Payload extends z.ZodType>(
     }
     throw new StepkeyError('in_progress', `Key '${options.key}' kept changing while it was being enqueued.`);
   };
-  // A pool has begin(); a transaction (stepkey's, or postgres.js's sql.begin) has not.
-  return typeof (q as Partial<Sql>).begin === 'function' ? inTransaction(q as Sql, work) : work(q);
+  return isPool ? inTransaction(q as Sql, work) : work(q);
 }

@@ -1,6 +1,7 @@
 /**
  * `stepkey jobs`: the outbox's jobs in graphile-worker — failed ones first —
- * and `--retry` to run failed jobs again by hand (attempts reset, due now).
+ * and `--retry` to run failed jobs again by hand (attempts reset, max attempts
+ * restored, due now).
  */
 import { listJobs, retryJobs, type JobRow } from '../../outbox/sql/jobs.js';
 import { positiveIntFlag, stringFlag } from '../args.js';
@@ -18,7 +19,8 @@ export const jobsCommand: Command = {
 Lists the jobs waiting in graphile-worker: failed for good (attempts used up,
 or a permanent error such as a 4xx from a webhook), retrying (failed at least
 once, due again later), pending, running. With --retry ID,ID… the given failed
-jobs are due again now with their attempts reset; exit 1 if one of them could
+jobs are due again now with their attempts reset — a job failed for good by a
+permanent error gets back the max attempts it had; exit 1 if one of them could
 not be retried (unknown, or locked by a running worker).`,
   positionals: [],
   options: {

@@ -7,6 +7,7 @@ import { runWorker } from '../../worker/run-worker.js';
 import { loadAppModule } from '../app-module.js';
 import { positiveIntFlag } from '../args.js';
 import { describeUrl, type Command } from '../context.js';
+import { ExitCode } from '../errors.js';
 import { plural } from '../format.js';
 
 export const workerCommand: Command = {
@@ -18,6 +19,7 @@ runs the effect consumers, a sweeper resumes runs whose lease expired, jobs of
 dead workers are unlocked, and expired keys are purged every minute. Prints the
 worker pool's id (the id its jobs are locked under). On SIGTERM or SIGINT it
 stops taking work, lets jobs in flight finish, releases run leases and exits 0.
+If graphile-worker stops by itself, the worker stops and exits 1.
 Lease length: STEPKEY_LEASE_MS (default 8000).`,
   positionals: [],
   options: {
@@ -44,7 +46,9 @@ Lease length: STEPKEY_LEASE_MS (default 8000).`,
           `concurrency ${concurrency ?? 10}. Stop with SIGTERM or Ctrl-C.`,
       );
     }
-    // runWorker's signal handlers stop the worker and exit the process.
-    return new Promise<number>(() => {});
+    // runWorker's signal handlers stop the worker and exit the process. If graphile-worker stops by
+    // itself, the worker stops too and `closed` rejects: the error is printed and the exit code is 1.
+    await worker.closed;
+    return ExitCode.ok;
   },
 };

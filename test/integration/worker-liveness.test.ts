@@ -1,0 +1,111 @@
+/**
+ * A live worker is never declared dead: it keeps beating while it drains its
+ * jobs on stop(), and while every connection of its app pool is held by an
+ * effect transaction. Time is moved with the worker's clock; a beat taken
+ * after the move proves the worker still beats.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { connect, type Database } from '../../src/db/connect.js';
+import { Clock } from '../../src/db/clock.js';
+import { defineEffect } from '../../src/outbox/effect.js';
+import { enqueueEffect } from '../../src/outbox/enqueue.js';
+import { unlockDeadPools } from '../../src/worker/pool-liveness.js';
+import { runWorker, type Worker } from '../../src/worker/run-worker.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase();
+const leaseMs = 600;
+
+/** Handlers wait here until the test opens the gate. */
+let started = 0;
+let open!: () => void;
+let gate = Promise.resolve();
+function closeGate(): void {
+  started = 0;
+  gate = new Promise<void>((resolve) => (open = resolve));
+}
+const held = defineEffect({
+  name: 'test.held',
+  payload: z.object({ n: z.number() }),
+  async handler() {
+    started += 1;
+    await gate;
+  },
+});
+
+/** Whether the pool has beaten since the clock was moved to `offsetMs`. */
+async function beatSince(poolId: string, clock: Clock): Promise<boolean> {
+  const [row] = await db().sql<{ fresh: boolean }[]>`
+    select last_beat_at >= now() + ${clock.offsetMs - leaseMs / 2}::float8 * interval '1 millisecond' as fresh
+      from stepkey.worker_pools where pool_id = ${poolId}`;
+  return row?.fresh ?? false;
+}
+
+const lockedBy = async (poolId: string) =>
+  (await db().sql`select count(*)::int as n from graphile_worker.jobs where locked_by = ${poolId}`)[0]!.n as number;
+
+let cleanup: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  open?.();
+  for (const step of cleanup.reverse()) await step();
+  cleanup = [];
+});
+
+describe('worker liveness', () => {
+  it('beats on while stop() drains a job longer than the lease: its job stays locked by it', async () => {
+    closeGate();
+    const clock = new Clock();
+    const worker: Worker = await runWorker({
+      database: db(),
+      effects: [held],
+      concurrency: 2,
+      clock,
+      leaseMs,
+      purgeSchedule: false,
+      onError: () => {},
+    });
+    cleanup.push(() => worker.stop());
+    await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('drain') });
+    await expect.poll(() => started, { timeout: 10_000 }).toBe(1);
+
+    const stopped = worker.stop();
+    clock.advance(10 * leaseMs);
+    await expect.poll(() => beatSince(worker.poolId, clock), { timeout: 5_000 }).toBe(true);
+    expect(await unlockDeadPools(db().sql, clock, leaseMs)).not.toContain(worker.poolId);
+    expect(await lockedBy(worker.poolId)).toBe(1);
+
+    open();
+    await stopped;
+    const [pool] = await db().sql`select stopped_at is not null as stopped from stepkey.worker_pools where pool_id = ${worker.poolId}`;
+    expect(pool!.stopped).toBe(true);
+    expect(await lockedBy(worker.poolId)).toBe(0);
+  });
+
+  it('beats while every connection of its app pool is held by a running effect', async () => {
+    closeGate();
+    const clock = new Clock();
+    const small: Database = connect(db().url, { max: 2 });
+    cleanup.push(() => small.close());
+    const worker = await runWorker({
+      database: small,
+      effects: [held],
+      concurrency: 2,
+      clock,
+      leaseMs,
+      purgeSchedule: false,
+      onError: () => {},
+    });
+    cleanup.push(() => worker.stop());
+    await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('busy-a') });
+    await enqueueEffect(db().sql, held, { n: 2 }, { scope: 'acme', key: uniqueKey('busy-b') });
+    // Two handlers, each inside its inbox transaction: both connections of the pool are taken.
+    await expect.poll(() => started, { timeout: 10_000 }).toBe(2);
+
+    clock.advance(10 * leaseMs);
+    await expect.poll(() => beatSince(worker.poolId, clock), { timeout: 5_000 }).toBe(true);
+    expect(await unlockDeadPools(db().sql, clock, leaseMs)).not.toContain(worker.poolId);
+    expect(await lockedBy(worker.poolId)).toBe(2);
+  });
+});
