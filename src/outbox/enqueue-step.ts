@@ -31,6 +31,7 @@ export const enqueueStep: StepHandleExtension = (state, declaration) => ({
         faultPoint('outbox.after-enqueue', effect.name);
         return 'committed' as const;
       },
+      { joinsDeferred: true },
     );
   },
 });

@@ -42,6 +42,15 @@ type AttemptOnce = (key: string, attempt: number, instance: string) => Promise<A
 /** Commits a step's row (and what must commit with it), or leaves it to the next boundary. */
 type RecordStep = (row: StepRow) => Promise<'committed' | 'deferred'>;
 
+export interface StepRunOptions {
+  /**
+   * The step's record commits in the last tx step's transaction, still open
+   * (commitWaiting takes it), instead of after it: for steps that only write
+   * and cannot fail once attempted, such as `enqueue`.
+   */
+  joinsDeferred?: boolean;
+}
+
 export interface StepTarget {
   state: RunState;
   declaration: StepDeclaration;
@@ -62,6 +71,7 @@ export function runStep(
   target: StepTarget,
   attemptOnce: AttemptOnce,
   record: RecordStep,
+  options: StepRunOptions = {},
 ): Promise<unknown> {
   const { state, declaration } = target;
   if (insideStep.getStore() === state) {
@@ -75,7 +85,7 @@ export function runStep(
     );
   }
   // One step at a time, in call order, even when workflow code starts several at once.
-  return state.exclusive(() => insideStep.run(state, () => executeStep(target, attemptOnce, record)));
+  return state.exclusive(() => insideStep.run(state, () => executeStep(target, attemptOnce, record, options)));
 }
 
 /** Which run's step the current async context is inside (to refuse nested steps). */
@@ -85,6 +95,7 @@ async function executeStep(
   target: StepTarget,
   attemptOnce: AttemptOnce,
   record: RecordStep,
+  options: StepRunOptions,
 ): Promise<unknown> {
   const { state, declaration } = target;
   const instance = stepInstanceName(declaration.name, target.use?.id);
@@ -95,7 +106,7 @@ async function executeStep(
   );
   const done = state.finished.get(instance);
   if (done) return replay(target, instance, done);
-  await commitDeferred(state);
+  if (!options.joinsDeferred) await commitDeferred(state);
   state.throwIfStopped();
   faultPoint('engine.before-step', declaration.name);
 

@@ -83,6 +83,24 @@ describe('enqueue', () => {
     await engine.shutdown();
   });
 
+  it('commits an enqueue step in the transaction of the tx step before it: one commit for both and the job', async () => {
+    const engine = testEngine(db(), [shop]);
+    const ref = { scope: 'acme', key: uniqueKey('enq-join') };
+    await engine.run(shop, ref, { note: 'joined' });
+    const root = rootKey(ref.scope, ref.key);
+    const [write, notify] = await Promise.all(
+      ['write.v1', 'notify.v1'].map(
+        async (name) =>
+          (await db().sql`select xmin::text from stepkey.ledger where scope = ${ref.scope} and key = ${childKey(root, name)}`)[0]!
+            .xmin as string,
+      ),
+    );
+    const [job] = await db().sql`select xmin::text from graphile_worker._private_jobs where key = ${childKey(root, 'notify.v1')}`;
+    expect(notify).toBe(write);
+    expect(job!.xmin).toBe(write);
+    await engine.shutdown();
+  });
+
   it('refuses a payload that fails its schema: the step is not completed, nothing is enqueued', async () => {
     const bad = defineWorkflow({
       name: 'outbox-bad',
