@@ -10,18 +10,13 @@
  */
 import { TRPCError, getTRPCErrorFromUnknown } from '@trpc/server';
 import { getHTTPStatusCodeFromError } from '@trpc/server/http';
+import { TRPC_ERROR_CODES_BY_KEY } from '@trpc/server/rpc';
 import { isNonRetryable, serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
 import type { OutcomeToStore } from '../ledger/types.js';
 
 type TrpcCode = TRPCError['code'];
 
 const transient4xx = new Set<TrpcCode>(['UNAUTHORIZED', 'FORBIDDEN', 'TIMEOUT', 'CONFLICT', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST']);
-const codes = new Set<string>([
-  'PARSE_ERROR', 'BAD_REQUEST', 'INTERNAL_SERVER_ERROR', 'NOT_IMPLEMENTED', 'BAD_GATEWAY', 'SERVICE_UNAVAILABLE',
-  'GATEWAY_TIMEOUT', 'UNAUTHORIZED', 'PAYMENT_REQUIRED', 'FORBIDDEN', 'NOT_FOUND', 'METHOD_NOT_SUPPORTED', 'TIMEOUT',
-  'CONFLICT', 'PRECONDITION_FAILED', 'PAYLOAD_TOO_LARGE', 'UNSUPPORTED_MEDIA_TYPE', 'UNPROCESSABLE_CONTENT',
-  'PRECONDITION_REQUIRED', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST',
-]);
 
 /**
  * The TRPCError a resolver error is answered with. An error marked
@@ -50,8 +45,9 @@ export function storedTrpcError(error: TRPCError): OutcomeToStore | undefined {
   return { ok: false, body: toJsonText(stored, 'error'), code: status };
 }
 
+/** The stored code if it is one of the installed tRPC's codes, otherwise BAD_REQUEST. */
 function trpcCodeOf(stored: StoredError): TrpcCode {
-  return typeof stored.code === 'string' && codes.has(stored.code) ? (stored.code as TrpcCode) : 'BAD_REQUEST';
+  return typeof stored.code === 'string' && Object.hasOwn(TRPC_ERROR_CODES_BY_KEY, stored.code) ? (stored.code as TrpcCode) : 'BAD_REQUEST';
 }
 
 /** The TRPCError a stored error stands for: its own code if it is a tRPC code, otherwise BAD_REQUEST. */

@@ -6,7 +6,8 @@
  * ASCII characters. Several keys (several header lines, or a list) are
  * refused: one request, one key.
  */
-import { MAX_KEY_LENGTH } from '../keys/validate.js';
+import { isStepkeyError } from '../errors/stepkey-error.js';
+import { MAX_KEY_LENGTH, assertValidKey } from '../keys/validate.js';
 
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
 
@@ -31,12 +32,12 @@ export function parseIdempotencyKey(values: readonly string[]): ParsedKey {
   const key = text.startsWith('"') ? parseSfString(text) : parseBareToken(text);
   if (typeof key !== 'string') return key;
   if (key.length === 0) return malformed('the key is empty');
-  if (key.length > MAX_KEY_LENGTH) {
-    return {
-      ok: false,
-      reason: 'too_long',
-      message: `The ${IDEMPOTENCY_KEY_HEADER} is ${key.length} characters long; at most ${MAX_KEY_LENGTH} are allowed.`,
-    };
+  // The parse above admits printable ASCII only: what is left to check is the ledger's own rule (length).
+  try {
+    assertValidKey(key, IDEMPOTENCY_KEY_HEADER);
+  } catch (error) {
+    if (!isStepkeyError(error, 'invalid_key')) throw error;
+    return { ok: false, reason: key.length > MAX_KEY_LENGTH ? 'too_long' : 'malformed', message: error.message };
   }
   return { ok: true, key };
 }

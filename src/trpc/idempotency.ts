@@ -10,30 +10,34 @@
  *   another input or another procedure with the key   422, nothing changes
  *   resolver error    a deterministic client error is stored and replayed;
  *                     anything else releases the key and the retry runs
- *   ledger down       503 + Retry-After (fail closed), or run without
- *                     idempotency when the procedure says so (fail open)
+ *   resolver returns nothing   stored as '' and replayed as undefined
+ *   Postgres unavailable   503 + Retry-After (fail closed), or — before the
+ *                     resolver ran — run without idempotency when the
+ *                     procedure says so (fail open); other database
+ *                     failures 500. No answer shows the driver's message.
  *
  * Keys are scoped by the caller (config.scope); an unidentified caller gets
  * 401 rather than a shared scope. Use the middleware after `.input()`, so the
- * fingerprint covers the validated input.
+ * fingerprint covers the validated input; placed before it, every keyed call
+ * is refused with a 500 that says so.
  */
 import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
-import { drizzle, type PostgresJsDatabase } from 'drizzle-orm/postgres-js';
 import type { DrizzleTx } from '../db/connect.js';
 import type { TxSql } from '../db/transaction.js';
-import { StepkeyError, isStepkeyError } from '../errors/stepkey-error.js';
+import { isConnectionError } from '../errors/pg-errors.js';
+import { isStepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
-import { purposeFingerprint } from '../keys/fingerprint.js';
 import type { Ledger } from '../ledger/ledger.js';
-import { toJsonText } from '../ledger/outcome.js';
 import type { Engine } from '../workflow/engine.js';
 import type { Workflow } from '../workflow/define.js';
-import { workflowMiddleware, type WorkflowProcedureOptions } from './workflow-procedure.js';
+import { decodeValue, encodeValue } from '../workflow/values.js';
 import { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
-import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './header.js';
+import { fingerprintOrBadRequest, inProgress, mismatch, readKeyedRequest, validatedInput } from './keyed-request.js';
 import { replayResult } from './replay-result.js';
 import { defaultRequestAccess, type RequestAccess } from './request-access.js';
+import { toServiceError } from './service-error.js';
 import { outputTransformer, type TransformerOption } from './transformer.js';
+import { workflowMiddleware, type WorkflowProcedureOptions } from './workflow-procedure.js';
 
 export interface IdempotencyConfig<Ctx extends object> {
   ledger: Ledger;
@@ -50,7 +54,12 @@ export interface IdempotencyConfig<Ctx extends object> {
 export interface ProcedureIdempotencyOptions {
   /** 'required' (default): a call without a key gets 400. 'optional': it runs without idempotency. */
   mode?: 'required' | 'optional';
-  /** When the ledger cannot be reached: 'closed' (default) answers 503, 'open' runs without idempotency. */
+  /**
+   * When Postgres cannot be reached (database_unavailable) before the resolver
+   * ran: 'closed' (default) answers 503 + Retry-After, 'open' runs the resolver
+   * without idempotency (ctx.idempotency.bypassed). Any other database failure
+   * answers 500 either way: it is not an outage to ride out.
+   */
   onLedgerDown?: 'closed' | 'open';
   /** Volatile input fields left out of the fingerprint, e.g. ['clientTime']. */
   exclude?: string[];
@@ -65,63 +74,31 @@ export interface IdempotencyContext {
   /** The claim's transaction: writes here commit together with the stored result. */
   sql: TxSql;
   db: DrizzleTx;
-  /** true when the ledger was down and the procedure fails open: writes are not tied to the key. */
-  bypassed: boolean;
-}
-
-/** Seconds for Retry-After: at least 1. */
-export function retryAfterSeconds(ms: number): string {
-  return String(Math.max(1, Math.ceil(ms / 1000)));
-}
-
-export interface KeyedRequest {
-  key: string;
-  scope: string;
+  bypassed: false;
 }
 
 /**
- * The checks every idempotent call passes before anything is claimed: one
- * well-formed key, not in a multi-operation batch, from an identified caller.
- * Returns undefined when an optional key is absent.
+ * ctx.idempotency of a fail-open procedure (onLedgerDown: 'open') that runs
+ * while Postgres is unavailable: nothing ties this run to its key, it may run
+ * again on a retry, and there is no claim transaction to write in.
  */
-export function readKeyedRequest<Ctx extends object>(
-  config: IdempotencyConfig<Ctx>,
-  access: RequestAccess<Ctx>,
-  ctx: Ctx,
-  mode: 'required' | 'optional',
-): KeyedRequest | undefined {
-  const values = access.header(ctx, IDEMPOTENCY_KEY_HEADER);
-  if (values.length === 0 && mode === 'optional') return undefined;
-  if (values.length > 0 && access.operations(ctx) > 1) {
-    throw new TRPCError({
-      code: 'BAD_REQUEST',
-      message: `This batched request carries one ${IDEMPOTENCY_KEY_HEADER} for ${access.operations(ctx)} operations; send each keyed mutation in a request of its own.`,
-    });
-  }
-  const parsed = parseIdempotencyKey(values);
-  if (!parsed.ok) throw new TRPCError({ code: 'BAD_REQUEST', message: parsed.message });
-  const scope = config.scope(ctx);
-  if (!scope) {
-    throw new TRPCError({
-      code: 'UNAUTHORIZED',
-      message: `An ${IDEMPOTENCY_KEY_HEADER} needs an identified caller: keys are scoped per caller, and anonymous callers never share one.`,
-    });
-  }
-  return { key: parsed.key, scope };
+export interface BypassedIdempotency {
+  key: string;
+  scope: string;
+  bypassed: true;
 }
 
-export function fingerprintOrBadRequest(path: string, input: unknown, exclude: string[] | undefined): string {
-  try {
-    return purposeFingerprint(path, input, exclude ? { exclude } : {});
-  } catch (error) {
-    throw new TRPCError({ code: 'BAD_REQUEST', message: (error as Error).message, cause: error });
-  }
-}
+type OptionOf<O, K extends keyof ProcedureIdempotencyOptions> = K extends keyof O ? O[K] : undefined;
+
+/** ctx.idempotency as the options allow: bypassed only when failing open, undefined only when optional. */
+export type IdempotencyContextFor<O extends ProcedureIdempotencyOptions> =
+  | IdempotencyContext
+  | ('open' extends OptionOf<O, 'onLedgerDown'> ? BypassedIdempotency : never)
+  | ('optional' extends OptionOf<O, 'mode'> ? undefined : never);
 
 export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<Ctx>) {
   const access = config.access ?? defaultRequestAccess<Ctx>();
   const transformer = outputTransformer(config.transformer);
-  let pool: PostgresJsDatabase | undefined;
 
   return {
     config,
@@ -134,44 +111,49 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
     workflow<W extends Workflow>(workflow: W, options: WorkflowProcedureOptions<Ctx, W> = {}) {
       return workflowMiddleware(config, access, workflow, options);
     },
-    /** Claim-and-commit around a procedure (use after `.input()`). */
-    procedure(options: ProcedureIdempotencyOptions = {}) {
+    /**
+     * Claim-and-commit around a procedure. Use it after `.input()`: the
+     * fingerprint covers the validated input, and a call that reaches it
+     * before validation is refused as misconfigured.
+     */
+    procedure<O extends ProcedureIdempotencyOptions = Record<never, never>>(options: O = {} as O) {
       const mode = options.mode ?? 'required';
-      type Overrides = { idempotency: IdempotencyContext | undefined };
+      type Overrides = { idempotency: IdempotencyContextFor<O> };
+      const pass = (idempotency: IdempotencyContext | BypassedIdempotency | undefined) =>
+        ({ idempotency }) as Overrides;
       return experimental_standaloneMiddleware<{ ctx: Ctx; input: unknown }>().create(async (opts) => {
         type Result = Awaited<ReturnType<typeof opts.next<Overrides>>>;
         const ctx = opts.ctx as unknown as Ctx;
         const request = readKeyedRequest(config, access, ctx, mode);
-        if (!request) return opts.next<Overrides>({ ctx: { idempotency: undefined } });
-        const fingerprint = fingerprintOrBadRequest(opts.path, opts.input, options.exclude);
+        if (!request) return opts.next<Overrides>({ ctx: pass(undefined) });
+        const input = await validatedInput(opts, 'idempotency.procedure()');
+        const fingerprint = fingerprintOrBadRequest(opts.path, input, options.exclude);
+        const what = `result of ${opts.path}`;
         let first: Result | undefined;
         let result;
         try {
           result = await config.ledger.once(
             { ...request, fingerprint, kind: 'request', name: opts.path },
             async ({ sql, db }) => {
-              first = await opts.next<Overrides>({ ctx: { idempotency: { ...request, sql, db, bypassed: false } } });
-              if (!first.ok) throw toTrpcError(first.error);
+              first = await opts.next<Overrides>({ ctx: pass({ ...request, sql, db, bypassed: false }) });
+              if (!first.ok) throw forTheLedger(first.error);
               return first.data;
             },
             {
-              serialize: (data) => toJsonText(transformer.serialize(data), `result of ${opts.path}`),
+              // undefined (a resolver that returns nothing) is stored as '' and replayed as undefined.
+              serialize: (data) => encodeValue(transformer.serialize(data), what),
               code: 200,
               storeError: (error) => (error instanceof TRPCError ? storedTrpcError(error) : undefined),
               ...(options.retentionMs === undefined ? {} : { retentionMs: options.retentionMs }),
             },
           );
         } catch (error) {
-          if (isStepkeyError(error) && (error.code === 'database_unavailable' || error.code === 'database_error') && !first) {
-            if (options.onLedgerDown === 'open') {
-              pool ??= drizzle({ client: config.ledger.sql });
-              const bypassed = { ...request, sql: config.ledger.sql as unknown as TxSql, db: pool as unknown as DrizzleTx, bypassed: true };
-              return opts.next<Overrides>({ ctx: { idempotency: bypassed } });
-            }
-            access.setHeader(ctx, 'Retry-After', '1');
-            throw new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: 'The idempotency ledger is unavailable; retry later.', cause: error });
+          if (!isStepkeyError(error)) throw error;
+          // Fail open only on an outage, and only if the resolver has not run: it must not run twice.
+          if (error.code === 'database_unavailable' && !first && options.onLedgerDown === 'open') {
+            return opts.next<Overrides>({ ctx: pass({ ...request, bypassed: true }) });
           }
-          throw isStepkeyError(error) ? toServiceError(error) : error;
+          throw toServiceError(error, access, ctx);
         }
         switch (result.state) {
           case 'executed':
@@ -181,7 +163,8 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
           case 'replay': {
             access.setHeader(ctx, 'Idempotent-Replayed', 'true');
             if (!result.outcome.ok) throw trpcErrorFromStored(JSON.parse(result.outcome.body));
-            return replayResult<Result>(ctx, transformer.deserialize(JSON.parse(result.outcome.body)));
+            const stored = decodeValue(result.outcome.body, undefined, what);
+            return replayResult<Result>(ctx, stored === undefined ? undefined : transformer.deserialize(stored));
           }
           case 'in_progress':
             throw inProgress(access, ctx, result.retryAfterMs);
@@ -193,24 +176,14 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
   };
 }
 
-/** 409 with Retry-After: another attempt with this key is still working. */
-export function inProgress<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx, retryAfterMs: number): TRPCError {
-  const seconds = retryAfterSeconds(retryAfterMs);
-  access.setHeader(ctx, 'Retry-After', seconds);
-  return new TRPCError({
-    code: 'CONFLICT',
-    message: `A request with this ${IDEMPOTENCY_KEY_HEADER} is still in progress; retry after ${seconds} s.`,
-  });
-}
-
-export function mismatch(existingName: string | null): TRPCError {
-  return new TRPCError({
-    code: 'UNPROCESSABLE_CONTENT',
-    message: `This ${IDEMPOTENCY_KEY_HEADER} was already used for another request (${existingName ?? 'unknown'} with different input); a key names one operation.`,
-  });
-}
-
-function toServiceError(error: StepkeyError): TRPCError {
-  const code = error.httpStatus >= 500 ? 'INTERNAL_SERVER_ERROR' : 'BAD_REQUEST';
-  return new TRPCError({ code, message: error.message, cause: error });
+/**
+ * What the ledger is handed for a failed resolver. tRPC wraps whatever the
+ * resolver threw in a TRPCError; a dropped connection inside it is unwrapped,
+ * so that the ledger sees Postgres's failure (answered 503, key released)
+ * rather than an opaque 500.
+ */
+function forTheLedger(error: TRPCError): unknown {
+  const { cause } = error;
+  if (error.code === 'INTERNAL_SERVER_ERROR' && (isConnectionError(cause) || isStepkeyError(cause, 'database_unavailable'))) return cause;
+  return toTrpcError(error);
 }

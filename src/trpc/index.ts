@@ -4,15 +4,25 @@
  */
 export {
   createIdempotency,
-  retryAfterSeconds,
+  type BypassedIdempotency,
   type IdempotencyConfig,
   type IdempotencyContext,
+  type IdempotencyContextFor,
   type ProcedureIdempotencyOptions,
 } from './idempotency.js';
+export { retryAfterSeconds } from './keyed-request.js';
 export { type RunContextForResolver, type WorkflowProcedureOptions } from './workflow-procedure.js';
-export { createWorkflowRouter, type RunStatusView, type StartedRun, type WorkflowProcedures } from './workflow-router.js';
+export {
+  createWorkflowRouter,
+  type BaseProcedure,
+  type RunStatusView,
+  type StartedRun,
+  type WorkflowProcedures,
+  type WorkflowRouterOptions,
+} from './workflow-router.js';
 export { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey, type ParsedKey } from './header.js';
 export { defaultRequestAccess, type RequestAccess } from './request-access.js';
 export { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
+export { toServiceError } from './service-error.js';
 export type { DataTransformerLike, TransformerOption } from './transformer.js';
 export { idempotencyLink, idempotencyHeaders, isRetryableError, type IdempotencyLinkOptions } from './link.js';

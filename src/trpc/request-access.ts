@@ -3,7 +3,8 @@
  * understand the standalone / Node adapters (`ctx.req` an IncomingMessage,
  * `ctx.res` a ServerResponse) and the fetch adapter (`ctx.req` a Request,
  * `ctx.resHeaders` a Headers). `ctx.info` (what createContext receives as
- * `info`) tells batches apart; put it in your context.
+ * `info`) tells batches apart; without it, the request URL does, read the way
+ * tRPC's HTTP handler reads it (`?batch=1`, procedure paths joined by ',').
  */
 
 export interface RequestAccess<Ctx> {
@@ -17,10 +18,14 @@ export interface RequestAccess<Ctx> {
 interface NodeLikeRequest {
   headers: Record<string, string | string[] | undefined>;
   rawHeaders?: string[];
+  /** Path and query, e.g. `/trpc/a.create,b.refund?batch=1`. */
+  url?: string;
 }
 
 interface FetchLikeRequest {
   headers: { get(name: string): string | null };
+  /** The absolute URL. */
+  url?: string;
 }
 
 type AnyCtx = {
@@ -57,8 +62,26 @@ export function defaultRequestAccess<Ctx>(): RequestAccess<Ctx> {
       else c.res?.setHeader?.(name, value);
     },
     operations(ctx) {
-      const info = (ctx as AnyCtx).info;
-      return info?.isBatchCall ? (info.calls?.length ?? 2) : 1;
+      const { info, req } = ctx as AnyCtx;
+      if (info) return info.isBatchCall ? (info.calls?.length ?? 2) : 1;
+      return operationsInUrl(req?.url);
     },
   };
+}
+
+/**
+ * How many operations a tRPC HTTP request names, counted as tRPC's handler
+ * counts them: 1 unless the query has `batch=1`, then one per procedure path
+ * in the last path segment (paths are joined by ',').
+ */
+function operationsInUrl(url: string | undefined): number {
+  let parsed: URL;
+  try {
+    parsed = new URL(url ?? '', 'http://localhost');
+  } catch {
+    return 1; // not a URL tRPC's handler could route either
+  }
+  if (parsed.searchParams.get('batch') !== '1') return 1;
+  const pathname = parsed.pathname.replace(/\/+$/, '');
+  return pathname.slice(pathname.lastIndexOf('/') + 1).split(',').length;
 }

@@ -4,15 +4,19 @@
  * engine, so the request and the run are one ledger row. The run's stored
  * output is what every replay renders its answer from; a retry after a crash
  * resumes the run (or gets 409 while it still runs) instead of starting
- * another.
+ * another. Claim failures answer through toServiceError: 503 + Retry-After
+ * when Postgres is unavailable, 409 + Retry-After when the run continues in
+ * another process.
  */
 import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
 import type { z } from 'zod';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
 import { trpcErrorFromStored } from './error-policy.js';
-import { fingerprintOrBadRequest, inProgress, mismatch, readKeyedRequest, type IdempotencyConfig } from './idempotency.js';
+import type { IdempotencyConfig } from './idempotency.js';
+import { fingerprintOrBadRequest, inProgress, mismatch, readKeyedRequest, validatedInput } from './keyed-request.js';
 import type { RequestAccess } from './request-access.js';
+import { toServiceError } from './service-error.js';
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;
 
@@ -44,20 +48,15 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
     if (!engine) throw new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: 'createIdempotency({ engine }) is needed for workflow procedures.' });
     const ctx = opts.ctx as unknown as Ctx;
     const request = readKeyedRequest(config, access, ctx, 'required')!;
-    const fingerprint = fingerprintOrBadRequest(opts.path, opts.input, options.exclude);
-    const input = options.input ? options.input(opts.input, ctx) : (opts.input as InputOf<W>);
+    const validated = await validatedInput(opts, 'idempotency.workflow(workflow)');
+    const fingerprint = fingerprintOrBadRequest(opts.path, validated, options.exclude);
+    const input = options.input ? options.input(validated, ctx) : (validated as InputOf<W>);
     let attempt;
     try {
       attempt = await engine.attempt(workflow, request, input, { fingerprint });
     } catch (error) {
-      if (!isStepkeyError(error)) throw error;
-      if (error.code === 'invalid_input') throw new TRPCError({ code: 'BAD_REQUEST', message: error.message, cause: error });
-      if (error.retryable) {
-        // Not stored: a failed run resumes, a stopped one continues elsewhere. The retry goes on with it.
-        access.setHeader(ctx, 'Retry-After', '1');
-        throw new TRPCError({ code: 'SERVICE_UNAVAILABLE', message: `${error.message}`, cause: error });
-      }
-      throw new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: error.message, cause: error });
+      // A retryable error is not stored: a failed run resumes, a stopped one continues elsewhere. The retry goes on with it.
+      throw isStepkeyError(error) ? toServiceError(error, access, ctx) : error;
     }
     switch (attempt.state) {
       case 'completed':

@@ -1,6 +1,8 @@
 /**
  * A small tRPC app over real HTTP for the idempotency tests: the caller is the
- * bearer token, writes go to `trpc_orders` through ctx.idempotency.
+ * bearer token, writes go to `trpc_orders` through ctx.idempotency. The
+ * workflow router is built on a base procedure that refuses the caller
+ * `tenant-blocked`; `{ info: false }` leaves tRPC's request info out of ctx.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -18,11 +20,11 @@ import type { Engine } from '../../src/workflow/engine.js';
 export interface AppContext {
   req: IncomingMessage;
   res: ServerResponse;
-  info: TRPCRequestInfo;
+  info?: TRPCRequestInfo;
   tenant: string | null;
 }
 
-export const counters = { create: 0, refund: 0, place: 0 };
+export const counters = { create: 0, refund: 0, place: 0, forget: 0, early: 0 };
 
 /** Gates a resolver or step can wait on (input.gate), opened by the test. */
 const gates = new Map<string, { promise: Promise<void>; open: () => void }>();
@@ -54,10 +56,15 @@ export const placeOrder = defineWorkflow({
   },
 });
 
-export function buildApp(ledger: Ledger, engine: Engine) {
+export function buildApp(ledger: Ledger, engine: Engine, options: { info?: boolean } = {}) {
   const t = initTRPC.context<AppContext>().create({ isDev: false });
   const idem = createIdempotency<AppContext>({ ledger, engine, scope: (ctx) => ctx.tenant });
   const orderInput = z.object({ sku: z.string(), quantity: z.number().int().positive(), note: z.string().optional() });
+  // What an app's auth or rate-limit middleware does: refuse before anything else runs.
+  const guarded = t.procedure.use(({ ctx, next }) => {
+    if (ctx.tenant === 'tenant-blocked') throw new TRPCError({ code: 'FORBIDDEN', message: 'tenant-blocked may not call this.' });
+    return next();
+  });
 
   const router = t.router({
     orders: t.router({
@@ -73,6 +80,7 @@ export function buildApp(ledger: Ledger, engine: Engine) {
           if (input.fail === 'conflict') throw new TRPCError({ code: 'CONFLICT', message: 'try again' });
           if (input.fail === 'crash') throw new Error('database exploded');
           if (input.fail === 'permanent') throw new NonRetryableError('card declined', { code: 'PRECONDITION_FAILED' });
+          if (input.fail === 'disconnect') await sql`select pg_terminate_backend(pg_backend_pid())`;
           return { orderId: Number(row!.id), sku: input.sku, zeta: 1, alpha: [3, 1, 2] };
         }),
       refund: t.procedure.input(orderInput).use(idem.procedure()).mutation(async () => {
@@ -87,12 +95,35 @@ export function buildApp(ledger: Ledger, engine: Engine) {
         .input(z.object({ text: z.string() }))
         .use(idem.procedure({ onLedgerDown: 'open' }))
         .mutation(({ ctx, input }) => ({ text: input.text, bypassed: ctx.idempotency?.bypassed ?? false })),
+      probe: t.procedure
+        .input(z.object({ text: z.string() }))
+        .use(idem.procedure({ onLedgerDown: 'open' }))
+        .mutation(({ ctx }) => ({ fields: Object.keys(ctx.idempotency).sort() })),
+      forget: t.procedure
+        .input(z.object({ sku: z.string() }))
+        .use(idem.procedure())
+        .mutation(async ({ ctx, input }) => {
+          counters.forget += 1;
+          await ctx.idempotency.sql`insert into trpc_orders (tenant, sku, quantity) values (${ctx.idempotency.scope}, ${input.sku}, 1)`;
+        }),
+      // Misconfigured on purpose: the middleware runs before the input is validated.
+      early: t.procedure
+        .use(idem.procedure())
+        .input(orderInput)
+        .mutation(({ input }) => {
+          counters.early += 1;
+          return { sku: input.sku, quantity: input.quantity };
+        }),
+      earlyPlace: t.procedure
+        .use(idem.workflow(placeOrder))
+        .input(placeOrder.input)
+        .mutation(({ ctx }) => ctx.run.output),
       place: t.procedure
         .input(placeOrder.input)
         .use(idem.workflow(placeOrder))
         .mutation(({ ctx }) => ({ ...ctx.run.output, replayed: ctx.run.replayed })),
     }),
-    workflows: t.router(createWorkflowRouter(t, idem, { place: placeOrder })),
+    workflows: t.router(createWorkflowRouter(t, idem, { place: placeOrder }, { procedure: guarded })),
   });
 
   const server = createHTTPServer({
@@ -101,7 +132,7 @@ export function buildApp(ledger: Ledger, engine: Engine) {
     createContext: ({ req, res, info }): AppContext => ({
       req,
       res,
-      info,
+      ...(options.info === false ? {} : { info }),
       tenant: /^Bearer (\S+)$/.exec(req.headers.authorization ?? '')?.[1] ?? null,
     }),
   });

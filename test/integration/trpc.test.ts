@@ -171,6 +171,20 @@ describe('claim and replay', () => {
     expect(await db().sql`select 1 from stepkey.ledger where scope = 'tenant-a' and key = ${key}`).toHaveLength(0);
   });
 
+  it('stores a resolver that returns nothing and replays it as nothing, byte for byte', async () => {
+    const key = uniqueKey('forget');
+    const before = counters.forget;
+    const first = await post(url, 'orders.forget', { sku: 'forget' }, keyed(key));
+    const second = await post(url, 'orders.forget', { sku: 'forget' }, keyed(key));
+    expect(first.status).toBe(200);
+    expect(second.status).toBe(200);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(second.body).toBe(first.body);
+    expect((first.json as { result: object }).result).not.toHaveProperty('data');
+    expect(counters.forget - before).toBe(1);
+    expect(await orders('forget')).toBe(1);
+  });
+
   it('runs 50 concurrent identical requests once; no 5xx, the losers answered while the winner still works', async () => {
     const key = uniqueKey('fifty');
     const held = gate(key);
@@ -286,6 +300,29 @@ describe('workflow procedures', () => {
       headers: auth('tenant-b'),
     });
     expect(((await other.json()) as { result: { data: unknown } }).result.data).toBeNull();
+  });
+
+  it('createWorkflowRouter builds on the base procedure it is given: its middleware refuses before any claim', async () => {
+    const key = uniqueKey('blocked');
+    const before = await ledgerRows();
+    const start = await post(url, 'workflows.place.start', { sku: 'blocked', quantity: 1 }, keyed(key, 'tenant-blocked'));
+    expect(start.status).toBe(403);
+    expect(start.body).toMatch(/tenant-blocked may not call this/);
+    const status = await fetch(`${url}/workflows.place.status?input=${encodeURIComponent(JSON.stringify({ key }))}`, {
+      headers: auth('tenant-blocked'),
+    });
+    expect(status.status).toBe(403);
+    expect(await ledgerRows()).toBe(before);
+    expect(await orders('blocked')).toBe(0);
+  });
+
+  it('createWorkflowRouter answers 400, not 500, to a status key the engine refuses', async () => {
+    const response = await fetch(`${url}/workflows.place.status?input=${encodeURIComponent(JSON.stringify({ key: 'caf\u00e9' }))}`, {
+      headers: auth('tenant-a'),
+    });
+    const body = (await response.json()) as { error: { message: string } };
+    expect(response.status).toBe(400);
+    expect(body.error.message).toMatch(/outside printable ASCII/);
   });
 });
 
