@@ -27,6 +27,11 @@ interface TrackedQuery {
   reject: (error: unknown) => void;
 }
 
+/** SET LOCAL statement_timeout, for the rest of the transaction (or until its savepoint is rolled back to). */
+export function statementTimeout(ms: number): string {
+  return `set local statement_timeout = ${Math.max(1, Math.ceil(ms))}`;
+}
+
 function quiet<T extends Promise<unknown>>(query: T): T {
   query.catch(() => {});
   return query;
@@ -62,15 +67,22 @@ export class Transaction {
     this.sql = this.#guarded(connection);
   }
 
-  /** Reserves a connection and sends BEGIN without waiting for it. */
-  static async begin(pool: Sql): Promise<Transaction> {
+  /**
+   * Reserves a connection and sends BEGIN without waiting for it — with
+   * `statementTimeoutMs`, in the same message as a SET LOCAL of
+   * statement_timeout, so that no statement of the transaction runs longer.
+   */
+  static async begin(pool: Sql, options: { statementTimeoutMs?: number } = {}): Promise<Transaction> {
     const connection = await pool.reserve();
     const transaction = new Transaction(connection);
     const onexecute = (internal: { onclose?: () => void }) => {
       internal.onclose = () => transaction.#died();
       return true;
     };
-    quiet(transaction.#track(connection.unsafe('begin', [], { onexecute } as never)).execute());
+    const begin = options.statementTimeoutMs
+      ? `begin; ${statementTimeout(options.statementTimeoutMs)}`
+      : 'begin';
+    quiet(transaction.#track(connection.unsafe(begin, [], { onexecute } as never)).execute());
     return transaction;
   }
 

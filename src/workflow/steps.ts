@@ -18,7 +18,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { drizzleOn } from '../db/connect.js';
-import { Transaction } from '../db/transaction.js';
+import { statementTimeout, Transaction } from '../db/transaction.js';
 import { isQueryCanceled, translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
@@ -135,14 +135,18 @@ async function executeStep(
  * The transaction a step writes in: the run's open start (behind a savepoint,
  * so that a failing step keeps the start) or a new one.
  */
-async function stepTransaction(state: RunState, instance: string): Promise<{ transaction: Transaction; folded: boolean }> {
+async function stepTransaction(
+  state: RunState,
+  instance: string,
+  timeoutMs: number,
+): Promise<{ transaction: Transaction; folded: boolean }> {
   const opening = state.takeOpening();
   if (opening) {
-    opening.pipeline('savepoint stepkey_start');
+    opening.pipeline(`savepoint stepkey_start; ${statementTimeout(timeoutMs)}`);
     return { transaction: opening, folded: true };
   }
   try {
-    return { transaction: await Transaction.begin(state.deps.sql), folded: false };
+    return { transaction: await Transaction.begin(state.deps.sql, { statementTimeoutMs: timeoutMs }), folded: false };
   } catch (error) {
     throw translateDatabaseError(error, `starting step '${instance}'`);
   }
@@ -169,11 +173,11 @@ export function runTxStep(
   return runStep(
     target,
     async (key, attempt, instance) => {
-      const { transaction, folded } = await stepTransaction(state, instance);
-      const tx = transaction.sql;
       // The attempt's budget: Postgres cancels a statement still running (waiting on a lock, say)
-      // at the timeout, and the timer below gives up on code waiting on anything else.
-      transaction.pipeline(`set local statement_timeout = ${declaration.timeoutMs}`);
+      // at the timeout (statement_timeout, set with BEGIN), and the timer below gives up on code
+      // waiting on anything else.
+      const { transaction, folded } = await stepTransaction(state, instance, declaration.timeoutMs);
+      const tx = transaction.sql;
       const timeout = stepTimeout(instance, declaration.timeoutMs, attempt);
       let timer: NodeJS.Timeout | undefined;
       const expired = new Promise<never>((_, reject) => {
