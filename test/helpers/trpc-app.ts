@@ -10,12 +10,14 @@ import { TRPCError, initTRPC } from '@trpc/server';
 import { createHTTPServer } from '@trpc/server/adapters/standalone';
 import type { TRPCRequestInfo } from '@trpc/server/http';
 import { z } from 'zod';
-import type { Ledger } from '../../src/ledger/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { createIdempotency } from '../../src/trpc/idempotency.js';
 import { createWorkflowRouter } from '../../src/trpc/workflow-router.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
+import type { TestDatabase } from './database.js';
+import { testEngine } from './engine.js';
 
 export interface AppContext {
   req: IncomingMessage;
@@ -144,4 +146,28 @@ export type AppRouter = ReturnType<typeof buildApp>['router'];
 export async function listen(server: ReturnType<typeof createHTTPServer>): Promise<string> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}/trpc`;
+}
+
+export interface ServedApp {
+  url: string;
+  app: ReturnType<typeof buildApp>;
+  engine: Engine;
+  close(): Promise<void>;
+}
+
+/** The app on a test database: its `trpc_orders` table, an engine, a ledger, listening on a free port. */
+export async function serveApp(db: TestDatabase): Promise<ServedApp> {
+  await db.sql`create table trpc_orders (id bigserial primary key, tenant text not null, sku text not null, quantity int not null)`;
+  const engine = testEngine(db, [placeOrder]);
+  const app = buildApp(new Ledger({ sql: db.sql }), engine);
+  const url = await listen(app.server);
+  return {
+    url,
+    app,
+    engine,
+    async close() {
+      app.server.close();
+      await engine.shutdown();
+    },
+  };
 }

@@ -15,10 +15,9 @@ import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { Engine } from '../../src/workflow/engine.js';
 import { createTestDatabase, useTestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
 import { post, type Answer } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { buildApp, counters, listen, placeOrder } from '../helpers/trpc-app.js';
+import { buildApp, counters, listen, placeOrder, serveApp, type ServedApp } from '../helpers/trpc-app.js';
 
 const db = useTestDatabase({ max: 20 });
 let engine: Engine;
@@ -48,16 +47,11 @@ function expectNoConnectionDetails(answer: Answer, port: string): void {
   expect(answer.body).not.toContain(`:${port}`);
 }
 
+let served: ServedApp;
 beforeAll(async () => {
-  await db().sql`create table trpc_orders (id bigserial primary key, tenant text not null, sku text not null, quantity int not null)`;
-  engine = testEngine(db(), [placeOrder]);
-  app = buildApp(new Ledger({ sql: db().sql }), engine);
-  url = await listen(app.server);
+  ({ url, app, engine } = served = await serveApp(db()));
 });
-afterAll(async () => {
-  app.server.close();
-  await engine.shutdown();
-});
+afterAll(() => served.close());
 
 describe('Postgres unavailable', () => {
   it('answers 503 + Retry-After when the connection drops inside the resolver, and releases the key', async () => {

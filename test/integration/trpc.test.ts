@@ -8,10 +8,9 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import { idempotencyHeaders, idempotencyLink } from '../../src/trpc/link.js';
 import type { Engine } from '../../src/workflow/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
 import { post, rawPost } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { buildApp, counters, gate, listen, placeOrder, type AppRouter } from '../helpers/trpc-app.js';
+import { buildApp, counters, gate, listen, serveApp, type AppRouter, type ServedApp } from '../helpers/trpc-app.js';
 
 const db = useTestDatabase({ max: 60 });
 let url = '';
@@ -23,16 +22,11 @@ const keyed = (key: string, tenant = 'tenant-a') => ({ ...auth(tenant), 'idempot
 const ledgerRows = async () => (await db().sql`select count(*)::int as n from stepkey.ledger`)[0]!.n as number;
 const orders = async (sku: string) => (await db().sql`select count(*)::int as n from trpc_orders where sku = ${sku}`)[0]!.n as number;
 
+let served: ServedApp;
 beforeAll(async () => {
-  await db().sql`create table trpc_orders (id bigserial primary key, tenant text not null, sku text not null, quantity int not null)`;
-  engine = testEngine(db(), [placeOrder]);
-  app = buildApp(new Ledger({ sql: db().sql }), engine);
-  url = await listen(app.server);
+  ({ url, app, engine } = served = await serveApp(db()));
 });
-afterAll(async () => {
-  app.server.close();
-  await engine.shutdown();
-});
+afterAll(() => served.close());
 
 describe('the Idempotency-Key header', () => {
   it('answers 400 naming the header when the key is missing, and stores nothing', async () => {

@@ -53,20 +53,18 @@ afterEach(async () => {
   cleanup = [];
 });
 
+/** A worker running `held` two at a time on the test clock, stopped after the test. */
+async function startWorker(database: Database, clock: Clock): Promise<Worker> {
+  const worker = await runWorker({ database, effects: [held], concurrency: 2, clock, leaseMs, purgeSchedule: false, onError: () => {} });
+  cleanup.push(() => worker.stop());
+  return worker;
+}
+
 describe('worker liveness', () => {
   it('beats on while stop() drains a job longer than the lease: its job stays locked by it', async () => {
     closeGate();
     const clock = new Clock();
-    const worker: Worker = await runWorker({
-      database: db(),
-      effects: [held],
-      concurrency: 2,
-      clock,
-      leaseMs,
-      purgeSchedule: false,
-      onError: () => {},
-    });
-    cleanup.push(() => worker.stop());
+    const worker = await startWorker(db(), clock);
     await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('drain') });
     await expect.poll(() => started, { timeout: 10_000 }).toBe(1);
 
@@ -88,16 +86,7 @@ describe('worker liveness', () => {
     const clock = new Clock();
     const small: Database = connect(db().url, { max: 2 });
     cleanup.push(() => small.close());
-    const worker = await runWorker({
-      database: small,
-      effects: [held],
-      concurrency: 2,
-      clock,
-      leaseMs,
-      purgeSchedule: false,
-      onError: () => {},
-    });
-    cleanup.push(() => worker.stop());
+    const worker = await startWorker(small, clock);
     await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('busy-a') });
     await enqueueEffect(db().sql, held, { n: 2 }, { scope: 'acme', key: uniqueKey('busy-b') });
     // Two handlers, each inside its inbox transaction: both connections of the pool are taken.
