@@ -7,6 +7,7 @@ import { drizzle, type PostgresJsDatabase } from 'drizzle-orm/postgres-js';
 import { PostgresJsSession, PostgresJsTransaction } from 'drizzle-orm/postgres-js/session';
 import { PgDialect } from 'drizzle-orm/pg-core';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
+import { registerArrayTypes } from './array-types.js';
 import type { TxSql } from './transaction.js';
 import { connectReportingCleanClose } from './socket.js';
 
@@ -30,6 +31,15 @@ export interface ConnectOptions {
   /** Pool size (default 10). */
   max?: number;
   applicationName?: string;
+  /** Called with the text of every statement the pool sends (begin and commit included): for counting, in benchmarks. */
+  onStatement?: (text: string) => void;
+}
+
+/** Whether a URL asks for TLS (postgres.js reads `ssl` and `sslmode` from it). */
+function asksForTls(url: string): boolean {
+  const params = new URL(url).searchParams;
+  const mode = params.get('sslmode') ?? params.get('ssl');
+  return mode !== null && mode !== 'disable' && mode !== 'false';
 }
 
 export function connect(url: string, options: ConnectOptions = {}): Database {
@@ -39,9 +49,15 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
     idle_timeout: 30,
     connect_timeout: 10,
     connection: { application_name: options.applicationName ?? 'stepkey' },
+    // postgres.js would fetch the array types on every new connection, from a promise nobody
+    // handles (a backend terminated during that fetch killed the process): see array-types.ts.
+    // TLS connections keep the fetch: socket.ts cannot see their startup (see there).
+    fetch_types: asksForTls(url),
     // Not in postgres.js's types, but supported: see socket.ts for why.
     ...({ socket: connectReportingCleanClose } as object),
+    ...(options.onStatement ? { debug: (_connection: number, text: string) => options.onStatement!(text) } : {}),
   });
+  registerArrayTypes(sql);
   // drizzle configures the pool's timestamp parsers once, here.
   const db = drizzle({ client: sql });
   return {

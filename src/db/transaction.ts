@@ -25,6 +25,8 @@ interface TrackedQuery {
   executed: boolean;
   resolve: (value: unknown) => void;
   reject: (error: unknown) => void;
+  /** postgres.js's executor, called when the query is executed (not when it is built). */
+  handler?: ((query: TrackedQuery) => unknown) & { debug?: unknown };
 }
 
 /** SET LOCAL statement_timeout, for the rest of the transaction (or until its savepoint is rolled back to). */
@@ -35,6 +37,51 @@ export function statementTimeout(ms: number): string {
 function quiet<T extends Promise<unknown>>(query: T): T {
   query.catch(() => {});
   return query;
+}
+
+/** How long a transaction waits for a pooled connection unless told otherwise. */
+export const DEFAULT_ACQUIRE_TIMEOUT_MS = 10_000;
+
+/**
+ * pool.reserve(), bounded: it waits for a free slot without a limit, and
+ * postgres.js 3.4 can lose a reservation whose connection broke while it was
+ * being set up (the promise never settles). A connection that arrives after
+ * the bound goes straight back to the pool.
+ */
+function reserveWithin(pool: Sql, ms: number): Promise<postgres.ReservedSql> {
+  const reserving = pool.reserve();
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new StepkeyError('database_unavailable', `No database connection could be had within ${ms} ms.`)),
+      ms,
+    );
+  });
+  return Promise.race([reserving, expired]).then(
+    (connection) => {
+      clearTimeout(timer);
+      return connection;
+    },
+    (error: unknown) => {
+      clearTimeout(timer);
+      reserving.then((late) => late.release(), () => {});
+      throw error;
+    },
+  );
+}
+
+/**
+ * Errors of a query that mean its connection's socket is gone (closed, reset, or its backend
+ * terminated): nothing more may be sent on it. Not CONNECTION_ENDED or CONNECTION_DESTROYED,
+ * which a pool that is ending reports on connections still open: those must still be given back,
+ * or the pool's end waits for them forever.
+ */
+const LOST = new Set(['CONNECTION_CLOSED', 'ECONNRESET', 'EPIPE', '57P01', '57P02', '57P03']);
+
+/** A query's own error (postgres.js's, never wrapped) that says its connection is gone. */
+function connectionLost(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && LOST.has(code);
 }
 
 function connectionClosed(): Error {
@@ -58,6 +105,7 @@ export class Transaction {
   #connection: postgres.ReservedSql;
   #open = true;
   #dead = false;
+  #released = false;
   #savepoints = 0;
   /** Queries made through this transaction and not settled yet. */
   readonly #inFlight = new Set<TrackedQuery>();
@@ -71,9 +119,11 @@ export class Transaction {
    * Reserves a connection and sends BEGIN without waiting for it — with
    * `statementTimeoutMs`, in the same message as a SET LOCAL of
    * statement_timeout, so that no statement of the transaction runs longer.
+   * Waiting for the connection is bounded by `acquireTimeoutMs` (default
+   * 10 s): past it, `database_unavailable`.
    */
-  static async begin(pool: Sql, options: { statementTimeoutMs?: number } = {}): Promise<Transaction> {
-    const connection = await pool.reserve();
+  static async begin(pool: Sql, options: { statementTimeoutMs?: number; acquireTimeoutMs?: number } = {}): Promise<Transaction> {
+    const connection = await reserveWithin(pool, options.acquireTimeoutMs ?? DEFAULT_ACQUIRE_TIMEOUT_MS);
     const transaction = new Transaction(connection);
     const onexecute = (internal: { onclose?: () => void }) => {
       internal.onclose = () => transaction.#died();
@@ -148,6 +198,7 @@ export class Transaction {
   }
 
   #release(): void {
+    this.#released = true;
     this.#inFlight.clear();
     if (!this.#dead) this.#connection.release();
   }
@@ -162,13 +213,31 @@ export class Transaction {
   #track<T>(query: T): T {
     const candidate = query as unknown as TrackedQuery;
     if (!candidate || typeof candidate.reject !== 'function' || typeof candidate.resolve !== 'function') return query;
-    const { resolve, reject } = candidate;
+    const { resolve, reject, handler } = candidate;
+    // A query is sent when it is executed, which may come after the connection closed or went back
+    // to the pool (a query built earlier and awaited later): refused then, never written to it.
+    if (typeof handler === 'function') {
+      const checked = Object.assign(
+        (running: TrackedQuery) => {
+          if (this.#dead) return running.reject(connectionClosed());
+          if (this.#released) {
+            return running.reject(new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.'));
+          }
+          return handler(running);
+        },
+        { debug: handler.debug },
+      );
+      candidate.handler = checked;
+    }
     candidate.resolve = (value) => {
       this.#inFlight.delete(candidate);
       return resolve(value);
     };
     candidate.reject = (error) => {
       this.#inFlight.delete(candidate);
+      // A query that failed because the connection went away: so did the transaction, even when
+      // its close was not reported to it (nothing more is sent on that connection).
+      if (connectionLost(error)) this.#dead = true;
       return reject(error);
     };
     this.#inFlight.add(candidate);

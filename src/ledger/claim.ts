@@ -9,6 +9,7 @@ import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
+import { isLegacyFingerprint } from '../keys/fingerprint.js';
 import { claimRow } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimRequest, ClaimResult } from './types.js';
@@ -55,18 +56,28 @@ export async function claimKey(
   options: ClaimOptions,
 ): Promise<LockingClaimResult> {
   const { leaseMs, mode = 'insert' } = options;
+  let legacyTried = false;
   for (let round = 0; round < MAX_ROUNDS; round += 1) {
     const token = randomUUID();
     const row = await claimRow(q, clock, request, token, leaseMs, mode);
     if (!row) continue; // committed after our snapshot: read again
     const lease = { scope: request.scope, key: request.key, token };
+    const existing = { rootKey: row.root_key, version: row.version };
     switch (row.state) {
       case 'vacant':
         return { state: 'vacant' };
       case 'owned':
-        return { state: 'owned', lease, attempts: row.attempts, resumed: false };
-      case 'mismatch':
+        return { state: 'owned', lease, attempts: row.attempts, resumed: false, rootKey: request.rootKey ?? null };
+      case 'mismatch': {
+        // A row stored under an older fingerprint version is compared the way it was computed.
+        const legacy = !legacyTried && isLegacyFingerprint(row.stored_fingerprint) ? request.legacyFingerprint?.() : undefined;
+        if (legacy !== undefined && legacy === row.stored_fingerprint) {
+          legacyTried = true;
+          request = { ...request, fingerprint: legacy };
+          continue;
+        }
         return { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
+      }
       case 'replay':
         return {
           state: 'replay',
@@ -76,9 +87,16 @@ export async function claimKey(
             body: row.outcome ?? '',
             code: row.outcome_code,
           },
+          ...existing,
         };
       case 'in_progress':
-        return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0 };
+        return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0, ...existing };
+      case 'waiting':
+        return {
+          state: 'waiting',
+          wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, wakeAtMs: row.wake_at_ms },
+          ...existing,
+        };
       case 'locked':
         // Held by a transaction that has not committed its claim yet.
         return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
@@ -89,7 +107,17 @@ export async function claimKey(
       case 'lease_expired':
       case 'resumable': {
         const taken = await takeoverRow(q, clock, request, token, leaseMs);
-        if (taken) return { state: 'owned', lease, attempts: taken.attempts, resumed: true };
+        if (taken?.requeued) {
+          // A failed run on a queue: resumed, but waiting for a slot (see sql/takeover.ts).
+          return {
+            state: 'waiting',
+            wait: { kind: taken.waitKind ?? 'slot', step: taken.waitStep ?? '', for: taken.waitFor, wakeAtMs: null },
+            resumed: true,
+            rootKey: taken.rootKey,
+            version: taken.version,
+          };
+        }
+        if (taken) return { state: 'owned', lease, attempts: taken.attempts, resumed: true, rootKey: taken.rootKey };
         continue; // another contender changed it first: read again
       }
     }

@@ -28,7 +28,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { isConnectionError, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
-import { assertValidClaim, claimKey } from './claim.js';
+import { UNCOMMITTED_RETRY_AFTER_MS, assertValidClaim, claimKey } from './claim.js';
 import { isNonRetryable, serializeError, toJsonText } from './outcome.js';
 import { completeStatement, insertCompletedStatement } from './sql/finish.js';
 import type { ClaimRequest, Lease, LedgerKind, OutcomeToStore, StoredOutcome } from './types.js';
@@ -126,7 +126,8 @@ async function attemptOnce<T>(
   }
   if (claim.state !== 'owned' && claim.state !== 'vacant') {
     transaction.abandon();
-    return claim;
+    // A parked run under this key is work in progress, to a `once` as to anyone.
+    return claim.state === 'waiting' ? { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS } : claim;
   }
   // A vacant key is written once, finished; a taken-over row is updated under its new lease.
   const lease: Lease | undefined = claim.state === 'owned' ? claim.lease : undefined;

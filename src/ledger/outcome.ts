@@ -73,16 +73,47 @@ export function toJsonText(value: unknown, what = 'outcome'): string {
   return JSON.stringify(value);
 }
 
+/** What Postgres said about an error it raised (postgres.js's PostgresError fields). */
+export interface DatabaseErrorDetails {
+  /** The SQLSTATE, e.g. 42P01 (undefined table). */
+  sqlState: string;
+  severity?: string;
+  schema?: string;
+  table?: string;
+  column?: string;
+  constraint?: string;
+  detail?: string;
+  hint?: string;
+}
+
 /** An error as stored in the ledger and replayed to later callers. */
 export interface StoredError {
   name: string;
   message: string;
   code?: string | number;
   data?: unknown;
+  /** When Postgres raised it: its SQLSTATE and what it names. */
+  db?: DatabaseErrorDetails;
+  /** The error it was caused by (`error.cause`), stored the same way. */
+  cause?: StoredError;
 }
 
-export function serializeError(error: unknown): StoredError {
+/** How deep a cause chain is kept. */
+const MAX_CAUSES = 5;
+
+/**
+ * An error as stored: name, message, code, data — and, so that an operator
+ * can tell what happened, the database's details (SQLSTATE, table,
+ * constraint…) and the cause chain. Callers replaying a stored error get back
+ * name, message, code and data only.
+ */
+/** Where an error rebuilt from a stored one keeps what was stored, cause chain included. */
+export const storedForm = Symbol('stepkey.storedError');
+
+export function serializeError(error: unknown, depth = 0): StoredError {
   if (!(error instanceof Error)) return { name: 'Error', message: String(error) };
+  const kept = (error as { [storedForm]?: StoredError })[storedForm];
+  if (kept) return kept;
   const stored: StoredError = { name: error.name, message: error.message };
   const { code, data } = error as { code?: unknown; data?: unknown };
   if (typeof code === 'string' || typeof code === 'number') stored.code = code;
@@ -94,7 +125,35 @@ export function serializeError(error: unknown): StoredError {
       // Data that cannot be stored is left out rather than failing the store.
     }
   }
+  const db = databaseDetails(error);
+  if (db) stored.db = db;
+  if (error.cause !== undefined && error.cause !== null && depth < MAX_CAUSES) stored.cause = serializeError(error.cause, depth + 1);
   return stored;
+}
+
+/** The SQLSTATE an error or one of its causes carries, as stored. */
+export function storedSqlState(error: StoredError | undefined): string | undefined {
+  for (let current = error; current; current = current.cause) if (current.db) return current.db.sqlState;
+  return undefined;
+}
+
+/** postgres.js's PostgresError: a five-character SQLSTATE in `code` and the server's fields beside it. */
+function databaseDetails(error: Error): DatabaseErrorDetails | undefined {
+  const fields = error as Error & Record<string, unknown>;
+  if (error.name !== 'PostgresError' || typeof fields.code !== 'string' || !/^[0-9A-Z]{5}$/.test(fields.code)) return undefined;
+  const details: DatabaseErrorDetails = { sqlState: fields.code };
+  const copy = (from: string, to: Exclude<keyof DatabaseErrorDetails, 'sqlState'>) => {
+    const value = fields[from];
+    if (typeof value === 'string' && value !== '') details[to] = value;
+  };
+  copy('severity', 'severity');
+  copy('schema_name', 'schema');
+  copy('table_name', 'table');
+  copy('column_name', 'column');
+  copy('constraint_name', 'constraint');
+  copy('detail', 'detail');
+  copy('hint', 'hint');
+  return details;
 }
 
 /**

@@ -1,6 +1,6 @@
 /** The ledger's vocabulary: keys, claims and stored outcomes. */
 
-export type LedgerStatus = 'in_progress' | 'completed' | 'failed' | 'cancelled';
+export type LedgerStatus = 'in_progress' | 'waiting' | 'completed' | 'failed' | 'cancelled';
 
 /** What a row is: an API request, a workflow run, one of its steps, an outbox effect. */
 export type LedgerKind = 'request' | 'run' | 'step' | 'effect';
@@ -20,8 +20,19 @@ export interface ClaimRequest extends KeyRef {
   parentKey?: string | null;
   /** Lease length for this claim (default: the ledger's). */
   leaseMs?: number;
-  /** A run's metadata, written with its claim: the workflow's version and the validated input (JSON). */
-  run?: { version: number; input: string };
+  /**
+   * A run's metadata, written with its claim: the workflow's version, the
+   * validated input (JSON) and the trace context of the call that starts it
+   * (see telemetry/tracing.ts).
+   */
+  run?: { version: number; input: string; traceContext?: string | null };
+  /** The root its derived keys come from (newRootKey), stored by the claim that inserts the row. */
+  rootKey?: string;
+  /**
+   * The fingerprint this request had under the previous fingerprint version,
+   * computed only when a stored row carries one of those (see fingerprint.ts).
+   */
+  legacyFingerprint?: () => string;
 }
 
 /** A finished outcome, exactly as it was stored. */
@@ -40,11 +51,36 @@ export interface Lease extends KeyRef {
   token: string;
 }
 
+/** What a claim learns of a row that exists: the root its keys derive from and, for a run, its version. */
+export interface ExistingRow {
+  /** The stored root (null on rows from before roots were stored). */
+  rootKey: string | null;
+  /** A run's workflow version. */
+  version: number | null;
+}
+
+/** What a parked run waits for, as a claim reads it (see workflow/waits). */
+export interface ParkedWait {
+  kind: string;
+  step: string;
+  for: string | null;
+  wakeAtMs: number | null;
+}
+
 export type ClaimResult =
-  /** The caller now holds the key. `resumed`: it took over an expired lease or a failed run. */
-  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean }
-  | { state: 'replay'; outcome: StoredOutcome }
-  | { state: 'in_progress'; retryAfterMs: number }
+  /**
+   * The caller now holds the key. `resumed`: it took over an expired lease or
+   * a failed run. `rootKey`: what was stored (null only for an old row taken over).
+   */
+  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean; rootKey: string | null }
+  | ({ state: 'replay'; outcome: StoredOutcome } & ExistingRow)
+  | ({ state: 'in_progress'; retryAfterMs: number } & Partial<ExistingRow>)
+  /**
+   * A parked run: it holds no lease and continues when its wait is due.
+   * `resumed`: this claim resumed a failed run that is on a queue, and it was
+   * parked waiting for a slot (its caller dispatches the queue).
+   */
+  | ({ state: 'waiting'; wait: ParkedWait; resumed?: true } & ExistingRow)
   | { state: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
 
 export interface OutcomeToStore {

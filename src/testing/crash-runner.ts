@@ -3,7 +3,8 @@
  * its workflow for one key, or consumes effects as a worker:
  *
  *   node --import tsx crash-runner.ts <scenario module> run <db url> <scope> <key>
- *        → prints STEPKEY_RESULT <json> (or STEPKEY_ERROR <message>)
+ *        → prints STEPKEY_RESULT <json> (or STEPKEY_ERROR <message>, or STEPKEY_REVIEW
+ *          when the run stopped for review)
  *   node --import tsx crash-runner.ts <scenario module> worker <db url>
  *        → prints STEPKEY_WORKER_READY, runs until SIGTERM
  *
@@ -26,8 +27,23 @@ if (mode === 'run') {
   const engine = createEngine({ database, workflows, onError: () => {} });
   try {
     const ref = { scope, key };
-    const result = await engine.run(scenario.workflow, ref, scenario.input(ref) as never);
-    console.log(`STEPKEY_RESULT ${JSON.stringify(result ?? null)}`);
+    for (;;) {
+      const attempt = await engine.attempt(scenario.workflow, ref, scenario.input(ref) as never);
+      if (attempt.state === 'completed') {
+        console.log(`STEPKEY_RESULT ${JSON.stringify(attempt.output ?? null)}`);
+        break;
+      }
+      if (attempt.state === 'in_progress' || attempt.state === 'waiting') {
+        if ((await engine.get(ref))?.status === 'needs_review') {
+          console.log('STEPKEY_REVIEW');
+          break;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        continue;
+      }
+      console.log(`STEPKEY_ERROR ${attempt.state === 'errored' ? attempt.error.message : attempt.state}`);
+      break;
+    }
   } catch (error) {
     console.log(`STEPKEY_ERROR ${error instanceof Error ? error.message : String(error)}`);
   }

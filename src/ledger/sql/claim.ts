@@ -39,7 +39,17 @@ import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { ClaimRequest, LedgerKind } from '../types.js';
 
-export type ClaimState = 'owned' | 'locked' | 'vacant' | 'expired' | 'mismatch' | 'replay' | 'resumable' | 'in_progress' | 'lease_expired';
+export type ClaimState =
+  | 'owned'
+  | 'locked'
+  | 'vacant'
+  | 'expired'
+  | 'mismatch'
+  | 'replay'
+  | 'resumable'
+  | 'in_progress'
+  | 'lease_expired'
+  | 'waiting';
 
 export interface ClaimRow {
   state: ClaimState;
@@ -51,6 +61,15 @@ export interface ClaimRow {
   retry_after_ms: number | null;
   kind: LedgerKind | null;
   name: string | null;
+  root_key: string | null;
+  version: number | null;
+  /** The row's fingerprint, when it differs from the request's (a mismatch, or an older fingerprint version). */
+  stored_fingerprint: string | null;
+  /** A parked run's wait. */
+  wait_kind: string | null;
+  wait_step: string | null;
+  wait_for: string | null;
+  wake_at_ms: number | null;
 }
 
 export async function claimRow(
@@ -71,7 +90,8 @@ export async function claimRow(
   const rows = await q<ClaimRow[]>`
     with existing as (
       select l.expires_at, l.fingerprint, l.status, l.locked_until, l.attempts, l.outcome,
-             l.outcome_ok, l.outcome_code, l.kind, l.name
+             l.outcome_ok, l.outcome_code, l.kind, l.name, l.root_key, l.version,
+             l.wait_kind, l.wait_step, l.wait_for, l.wake_at, l.parent_run
         from stepkey.ledger l
        where l.scope = ${request.scope} and l.key = ${request.key}
     ), lock as (
@@ -81,11 +101,12 @@ export async function claimRow(
     ), inserted as (
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
-         lease_token, locked_until, attempts, created_at, updated_at, version, input)
+         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context)
       select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
              ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
              ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
-             ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text
+             ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text, ${request.rootKey ?? null}::text,
+             ${request.run?.traceContext ?? null}::text
         from lock
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
@@ -93,24 +114,35 @@ export async function claimRow(
     )
     select 'owned' as state, attempts, null::text as status, null::text as outcome,
            null::boolean as outcome_ok, null::int as outcome_code, null::int as retry_after_ms,
-           null::text as kind, null::text as name
+           null::text as kind, null::text as name, null::text as root_key, null::int as version,
+           null::text as stored_fingerprint, null::text as wait_kind, null::text as wait_step,
+           null::text as wait_for, null::float8 as wake_at_ms
       from inserted
     union all
-    select case when lock.held then 'vacant' else 'locked' end, 0, null, null, null, null, null, null, null
+    select case when lock.held then 'vacant' else 'locked' end, 0, null, null, null, null, null, null, null,
+           null, null, null, null, null, null, null
       from lock
      where lock.held is not null and not (lock.held and ${insert}::boolean)
     union all
     select case
-             when l.expires_at is not null and l.expires_at <= ${now} then 'expired'
+             -- A child run whose parent is unfinished is kept past its expiry (the parent reads it).
+             when l.expires_at is not null and l.expires_at <= ${now}
+                  and (l.parent_run is null or not exists (
+                        select 1 from stepkey.ledger p
+                         where p.scope = ${request.scope} and p.key = l.parent_run
+                           and p.status in ('in_progress', 'waiting', 'failed'))) then 'expired'
              when l.fingerprint <> ${request.fingerprint} then 'mismatch'
              when l.status in ('completed', 'cancelled') then 'replay'
              when l.status = 'failed' then 'resumable'
+             when l.status = 'waiting' then 'waiting'
              when l.locked_until > ${now} then 'in_progress'
              else 'lease_expired'
            end,
            l.attempts, l.status, l.outcome, l.outcome_ok, l.outcome_code,
            greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int,
-           l.kind, l.name
+           l.kind, l.name, l.root_key, l.version,
+           case when l.fingerprint <> ${request.fingerprint} then l.fingerprint end,
+           l.wait_kind, l.wait_step, l.wait_for, (extract(epoch from l.wake_at) * 1000)::float8
       from existing l`;
   const row = rows[0];
   // The claim may have got the lock just after its snapshot; only the earlier attempt counts.

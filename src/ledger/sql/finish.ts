@@ -27,9 +27,26 @@ export function completeStatement(
   retentionMs: number,
   status: 'completed' | 'cancelled' = 'completed',
 ) {
+  return q`
+    with completed as (${completeUpdate(q, clock, lease, outcome, retentionMs, status)})
+    select stepkey.lease_held(count(*)) from completed`;
+}
+
+/**
+ * The fenced UPDATE that stores the outcome, returning one row when it
+ * wrote: for completeStatement, and for statements that end a run together
+ * with its last steps (workflow/sql/step-rows.ts).
+ */
+export function completeUpdate(
+  q: Queryable,
+  clock: Clock,
+  lease: Lease,
+  outcome: OutcomeToStore,
+  retentionMs: number,
+  status: 'completed' | 'cancelled' = 'completed',
+) {
   const now = sqlNow(q, clock);
   return q`
-    with completed as (
       update stepkey.ledger
          set status = ${status},
              outcome = ${outcome.body},
@@ -43,9 +60,7 @@ export function completeStatement(
                                then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1
-    )
-    select stepkey.lease_held(count(*)) from completed`;
+      returning 1`;
 }
 
 /**
@@ -111,11 +126,11 @@ export function insertCompletedStatement(
   return q`
     insert into stepkey.ledger
       (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, outcome_code,
-       attempts, created_at, updated_at, completed_at, expires_at)
+       attempts, created_at, updated_at, completed_at, root_key, expires_at)
     values
       (${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null}, ${parentKey},
        ${request.fingerprint}, 'completed', ${outcome.body}, ${outcome.ok}, ${outcome.code ?? null}::int,
-       1, ${now}, ${now}, ${now},
+       1, ${now}, ${now}, ${now}, ${request.rootKey ?? null}::text,
        case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)
     ${onConflict}`;
 }

@@ -2,9 +2,13 @@
  * The purge: forgets expired keys in small batches.
  *
  * Guarantee: deletes only roots whose expiry has passed and that are not in
- * progress (an in-progress row has no expiry: its lease governs it), together
- * with their children; rows another purger is deleting are skipped, not
- * waited for.
+ * progress (an in-progress or waiting row has no expiry: its lease or its
+ * wait governs it), together with their steps, their attempts, their mailbox and the child
+ * runs that have ended; a child run whose parent is still unfinished is kept
+ * (the parent reads it when it resumes). Rows another purger is deleting are
+ * skipped, not waited for. A message that a send (holding the run's row)
+ * committed after the statement's snapshot is deleted by a second statement
+ * from a fresh snapshot, as when a claim forgets a key (see takeover.ts).
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
@@ -15,25 +19,56 @@ export async function purgeExpiredRows(
   batchSize: number,
 ): Promise<{ roots: number; children: number }> {
   const now = sqlNow(q, clock);
-  const [row] = await q<{ roots: number; children: number }[]>`
+  const [row] = await q<{ roots: number; children: number; gone: string }[]>`
     with doomed as (
-      select scope, key
-        from stepkey.ledger
-       where parent_key is null and expires_at <= ${now} and status <> 'in_progress'
-       order by expires_at
+      select l.scope, l.key
+        from stepkey.ledger l
+       where l.parent_key is null and l.expires_at <= ${now} and l.status <> 'in_progress'
+         and (l.parent_run is null or not exists (
+               select 1 from stepkey.ledger p
+                where p.scope = l.scope and p.key = l.parent_run and p.status in ('in_progress', 'waiting', 'failed')))
+       order by l.expires_at
        limit ${batchSize}
        for update skip locked
-    ), children as (
-      delete from stepkey.ledger c
-       using doomed d
-       where c.scope = d.scope and c.parent_key = d.key
+    ), ended_children as (
+      select c.scope, c.key
+        from stepkey.ledger c
+        join doomed d on c.scope = d.scope and c.parent_run = d.key
+       where c.status in ('completed', 'cancelled', 'failed')
+         for update of c skip locked
+    ), gone as (
+      select scope, key from doomed union select scope, key from ended_children
+    ), steps as (
+      delete from stepkey.ledger s
+       using gone g
+       where s.scope = g.scope and s.parent_key = g.key
+      returning 1
+    ), mail as (
+      delete from stepkey.mailbox m
+       using gone g
+       where m.scope = g.scope and m.run_key = g.key
+      returning 1
+    ), attempts as (
+      delete from stepkey.step_attempts a
+       using gone g
+       where a.scope = g.scope and a.run_key = g.key
       returning 1
     ), roots as (
       delete from stepkey.ledger l
-       using doomed d
-       where l.scope = d.scope and l.key = d.key
+       using gone g
+       where l.scope = g.scope and l.key = g.key
       returning 1
     )
-    select (select count(*) from roots)::int as roots, (select count(*) from children)::int as children`;
-  return row ?? { roots: 0, children: 0 };
+    select (select count(*) from roots)::int as roots,
+           ((select count(*) from steps) + (select count(*) from mail) + (select count(*) from attempts))::int as children,
+           coalesce((select json_agg(json_build_object('scope', scope, 'key', key)) from gone), '[]')::text as gone`;
+  if (!row) return { roots: 0, children: 0 };
+  if (row.roots > 0) {
+    await q`
+      delete from stepkey.mailbox m
+       using json_to_recordset(${row.gone}::json) as g(scope text, key text)
+       where m.scope = g.scope and m.run_key = g.key
+         and not exists (select 1 from stepkey.ledger l where l.scope = m.scope and l.key = m.run_key)`;
+  }
+  return { roots: row.roots, children: row.children };
 }

@@ -16,6 +16,20 @@ export interface LedgerRow {
   lastError: string | null;
   /** A run's workflow version (its workflow is `name`). */
   version: number | null;
+  /** The stored root of the keys derived under this row (null on rows from before roots were stored). */
+  rootKey: string | null;
+  /** A run's wait (see workflow/waits): kind, step, what for, when due (ms). */
+  waitKind: string | null;
+  waitStep: string | null;
+  waitFor: string | null;
+  wakeAt: number | null;
+  /** A child run's parent run. */
+  parentRun: string | null;
+  /** A rerun: the run it was started from, and the step it executed again from. */
+  rerunOf: string | null;
+  rerunFrom: string | null;
+  /** A step row's place in its run's record. */
+  seq: number | null;
   leaseToken: string | null;
   attempts: number;
   /** Milliseconds since the epoch, or null. */
@@ -31,6 +45,8 @@ const epochMs = (column: string) => `(extract(epoch from ${column}) * 1000)::flo
 export const ledgerColumns = `
   scope, key, kind, name, parent_key as "parentKey", fingerprint, status, outcome,
   outcome_ok as "outcomeOk", outcome_code as "outcomeCode", last_error as "lastError", version,
+  root_key as "rootKey", wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor",
+  ${epochMs('wake_at')} as "wakeAt", parent_run as "parentRun", rerun_of as "rerunOf", rerun_from as "rerunFrom", seq,
   lease_token::text as "leaseToken", attempts,
   ${epochMs('locked_until')} as "lockedUntil", ${epochMs('expires_at')} as "expiresAt",
   ${epochMs('created_at')} as "createdAt", ${epochMs('updated_at')} as "updatedAt",
@@ -47,7 +63,7 @@ export async function readRow(q: Queryable, ref: KeyRef): Promise<LedgerRow | un
 /** The children of a root row (a run's steps), oldest first. */
 export async function readChildren(q: Queryable, ref: KeyRef): Promise<LedgerRow[]> {
   return q.unsafe<LedgerRow[]>(
-    `select ${ledgerColumns} from stepkey.ledger where scope = $1 and parent_key = $2 order by created_at, key`,
+    `select ${ledgerColumns} from stepkey.ledger where scope = $1 and parent_key = $2 order by created_at, seq, key`,
     [ref.scope, ref.key],
   );
 }

@@ -10,10 +10,26 @@
  * advisory lock (evaluated once, before any row is touched), and a `once`
  * that took the key over and still works holds that lock — the answer is then
  * no row, and the claim reports "in progress".
+ *
+ * A failed run on a queue is not taken into progress: the database's
+ * flow_requeue trigger (migration 0009) turns the same write into a park
+ * waiting for a slot, and the row comes back `waiting` — the claim reports
+ * it so, and the queue's dispatch starts the run.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { ClaimRequest } from '../types.js';
+
+export interface TakenOver {
+  attempts: number;
+  rootKey: string | null;
+  version: number | null;
+  /** Parked for a slot by flow_requeue instead (a failed run on a queue): the caller holds no lease. */
+  requeued: boolean;
+  waitKind: string | null;
+  waitStep: string | null;
+  waitFor: string | null;
+}
 
 export async function takeoverRow(
   q: Queryable,
@@ -21,9 +37,9 @@ export async function takeoverRow(
   request: ClaimRequest,
   token: string,
   leaseMs: number,
-): Promise<{ attempts: number } | undefined> {
+): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
-  const rows = await q<{ attempts: number }[]>`
+  const rows = await q<TakenOver[]>`
     update stepkey.ledger
        set status = 'in_progress',
            lease_token = ${token}::uuid,
@@ -36,30 +52,65 @@ export async function takeoverRow(
        and ((status = 'in_progress' and locked_until <= ${now}) or status = 'failed')
        and (expires_at is null or expires_at > ${now})
        and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
-    returning attempts`;
+    returning attempts, root_key as "rootKey", version, status = 'waiting' as requeued,
+              wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"`;
   return rows[0];
 }
 
 /**
- * Forgets one expired key and everything under it (a run's steps). An
+ * Forgets one expired key and everything under it (a run's steps, its
+ * attempts, its mailbox, its child runs that have ended and their steps). An
  * expired key is a new request. Under the key's advisory lock, like a
  * takeover: if another claimant holds it, nothing is deleted (it is reported
  * "in progress").
+ *
+ * A send that locked the run's row before the delete commits its message
+ * while the delete waits for that lock — after the statement's snapshot, so
+ * the statement's own mailbox delete misses it. The mailbox is therefore
+ * emptied again by a second statement (forgetMailStatement), whose snapshot
+ * is taken after the row is gone: no message of the forgotten run is left
+ * for a new run under the same key.
  */
 export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string, key: string): Promise<boolean> {
   const now = sqlNow(q, clock);
-  const [row] = await q<{ forgotten: number }[]>`
+  const [row] = await q<{ forgotten: number; keys: string[] }[]>`
     with root as (
       delete from stepkey.ledger
        where scope = ${scope} and key = ${key} and expires_at <= ${now}
+         -- as the purge: a child run whose parent is unfinished is kept (the parent reads it)
+         and not exists (select 1 from stepkey.ledger p
+                          where p.scope = ${scope} and p.key = ledger.parent_run and p.status in ('in_progress', 'waiting', 'failed'))
          and (select pg_try_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0)))
       returning scope, key
+    ), ended_children as (
+      select c.scope, c.key
+        from stepkey.ledger c join root r on c.scope = r.scope and c.parent_run = r.key
+       where c.status in ('completed', 'cancelled', 'failed')
+    ), gone as (
+      select scope, key from root union all select scope, key from ended_children
+    ), steps as (
+      delete from stepkey.ledger s using gone g where s.scope = g.scope and s.parent_key = g.key returning 1
+    ), mail as (
+      delete from stepkey.mailbox m using gone g where m.scope = g.scope and m.run_key = g.key returning 1
+    ), attempts as (
+      delete from stepkey.step_attempts a using gone g where a.scope = g.scope and a.run_key = g.key returning 1
     ), children as (
-      delete from stepkey.ledger c
-       using root r
-       where c.scope = r.scope and c.parent_key = r.key
-      returning 1
+      delete from stepkey.ledger c using ended_children e where c.scope = e.scope and c.key = e.key returning 1
     )
-    select count(*)::int as forgotten from root`;
-  return (row?.forgotten ?? 0) > 0;
+    select (select count(*) from root)::int as forgotten, coalesce((select array_agg(key) from gone), '{}'::text[]) as keys`;
+  if (!row || row.forgotten === 0) return false;
+  await forgetMailStatement(q, scope, row.keys);
+  return true;
+}
+
+/**
+ * Deletes what is left in the mailboxes of runs just deleted (`keys`), from a
+ * fresh snapshot. A run that exists again under one of the keys (a new
+ * request, when the deletion committed on its own) keeps its mailbox.
+ */
+export function forgetMailStatement(q: Queryable, scope: string, keys: readonly string[]) {
+  return q`
+    delete from stepkey.mailbox m
+     where m.scope = ${scope} and m.run_key in (select json_array_elements_text(${JSON.stringify(keys)}::json))
+       and not exists (select 1 from stepkey.ledger l where l.scope = m.scope and l.key = m.run_key)`;
 }

@@ -1,0 +1,1 @@
+ALTER TABLE "stepkey"."ledger" ADD COLUMN "root_key" text;

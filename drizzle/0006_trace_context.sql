@@ -1,0 +1,1 @@
+ALTER TABLE "stepkey"."ledger" ADD COLUMN "trace_context" text;
