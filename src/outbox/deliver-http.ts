@@ -1,5 +1,7 @@
 /**
- * Delivering an effect over HTTP, as the receiver's Idempotency-Key client:
+ * Delivering an effect over HTTP, as the receiver's Idempotency-Key client
+ * (with the delivery's trace context in the headers, through the app's
+ * OpenTelemetry propagator, when it has one):
  *
  *   2xx (a replay included)           delivered
  *   408, 409, 429, 5xx, network error, timeout
@@ -8,6 +10,7 @@
  */
 import { NonRetryableError } from '../ledger/outcome.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
+import { injectTraceHeaders } from '../telemetry/tracing.js';
 
 export interface DeliverOptions {
   /** The message key, sent as Idempotency-Key. */
@@ -30,7 +33,7 @@ export async function deliverHttp(url: string, body: unknown, options: DeliverOp
   try {
     response = await fetch(url, {
       method: options.method ?? 'POST',
-      headers: { 'content-type': 'application/json', ...options.headers, 'idempotency-key': options.key },
+      headers: injectTraceHeaders({ 'content-type': 'application/json', ...options.headers, 'idempotency-key': options.key }),
       body: JSON.stringify(body),
       signal: AbortSignal.any(signals),
     });

@@ -15,6 +15,9 @@ import { runStep } from '../workflow/steps.js';
 import type { Effect } from './effect.js';
 import { envelopeText } from './message.js';
 import { addJobStatement } from './sql/add-job.js';
+import { nextAttemptNumber } from '../workflow/effects/attempts.js';
+import { inSpan } from '../telemetry/tracing.js';
+import { enqueueSpan } from '../telemetry/spans.js';
 
 export const enqueueStep: StepHandleExtension = (state, declaration) => ({
   enqueue(effect: Effect, payload: unknown, use?: StepUse): Promise<unknown> {
@@ -27,11 +30,20 @@ export const enqueueStep: StepHandleExtension = (state, declaration) => ({
       },
       async (row: StepRow) => {
         // With everything waiting — the last tx step, the run's start — or on its own.
-        await commitWaiting(state, { rows: [row], statements: (q) => [addJobStatement(q, effect, row.key, envelope)] });
+        // Its effect record: one attempt, started and ended by the commit that adds the job.
+        const attempt = nextAttemptNumber(state.attempts.get(row.name) ?? []);
+        const span = () => enqueueSpan({ scope: state.lease.scope, key: row.key, effect: effect.name, run: state.lease.key, step: row.name, attempt });
+        await inSpan(span, () =>
+          commitWaiting(state, {
+            rows: [row],
+            attempts: [{ write: 'once', step: row.name, attempt, kind: 'enqueue' }],
+            statements: (q) => [addJobStatement(q, effect, row.key, envelope)],
+          }),
+        );
         faultPoint('outbox.after-enqueue', effect.name);
         return 'committed' as const;
       },
-      { joinsDeferred: true },
+      { joinsDeferred: true, kind: 'enqueue' },
     );
   },
 });

@@ -3,14 +3,17 @@
  * transaction, under an explicit scope and key. The ledger row (kind 'effect')
  * and the job commit with the caller's transaction; the same scope and key
  * again enqueue nothing (the same payload) or fail as a mismatch (another
- * payload). The job key is derived from the scope-rooted key, like a step's.
+ * payload). The job key is derived like a step's, from a root stored with
+ * the row (scope, key and an identity minted when it is first enqueued), so a
+ * key reused after its retention enqueues a message the consumers have not
+ * seen.
  */
 import type { Queryable, Sql } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
 import { inTransaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { childKey, rootKey } from '../keys/derive.js';
-import { purposeFingerprint } from '../keys/fingerprint.js';
+import { childKey, newRootKey, storedRootKey } from '../keys/derive.js';
+import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { claimKey } from '../ledger/claim.js';
 import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
 import { insertCompletedStatement } from '../ledger/sql/finish.js';
@@ -19,6 +22,8 @@ import type { z } from 'zod';
 import type { Effect } from './effect.js';
 import { envelopeText } from './message.js';
 import { addJobStatement } from './sql/add-job.js';
+import { inSpan } from '../telemetry/tracing.js';
+import { enqueueSpan } from '../telemetry/spans.js';
 
 export interface EnqueueResult {
   /** The message key: the job key and the consumer's dedupe key. */
@@ -56,15 +61,19 @@ export async function enqueueEffect<Payload extends z.ZodType>(
         'commit together. Call it inside a transaction, or pass the pool. Nothing was enqueued.',
     );
   }
-  const key = childKey(rootKey(options.scope, options.key), effect.name);
+  const root = newRootKey(options.scope, options.key);
+  const key = childKey(root, effect.name);
   const envelope = envelopeText(effect, key, options.scope, payload);
+  const validated: unknown = JSON.parse(envelope).p;
   const clock = options.clock ?? systemClock;
   const request = {
     scope: options.scope,
     key: options.key,
     kind: 'effect' as const,
     name: effect.name,
-    fingerprint: purposeFingerprint(effect.name, JSON.parse(envelope).p),
+    rootKey: root,
+    fingerprint: purposeFingerprint(effect.name, validated),
+    legacyFingerprint: () => legacyPurposeFingerprint(effect.name, validated),
   };
   const work = async (tx: Queryable): Promise<EnqueueResult> => {
     for (let round = 0; round < 3; round += 1) {
@@ -86,8 +95,14 @@ export async function enqueueEffect<Payload extends z.ZodType>(
           await addJobStatement(tx, effect, key, envelope);
           return { key, enqueued: true };
         }
-        case 'replay':
-          return { key, enqueued: false };
+        case 'replay': {
+          // The message the first enqueue sent, under the root it stored.
+          const stored = (JSON.parse(claim.outcome.body) as { key?: unknown }).key;
+          return {
+            key: typeof stored === 'string' ? stored : childKey(storedRootKey(options.scope, options.key, claim.rootKey), effect.name),
+            enqueued: false,
+          };
+        }
         case 'mismatch':
           throw new StepkeyError('mismatch', `Key '${options.key}' already enqueued effect '${effect.name}' with another payload.`);
         default:
@@ -96,5 +111,6 @@ export async function enqueueEffect<Payload extends z.ZodType>(
     }
     throw new StepkeyError('in_progress', `Key '${options.key}' kept changing while it was being enqueued.`);
   };
-  return isPool ? inTransaction(q as Sql, work) : work(q);
+  const span = () => enqueueSpan({ scope: options.scope, key, effect: effect.name });
+  return inSpan(span, () => (isPool ? inTransaction(q as Sql, work) : work(q)), (result) => ({ attributes: { 'stepkey.enqueued': result.enqueued } }));
 }

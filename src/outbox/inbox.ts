@@ -25,12 +25,18 @@ import type { Effect } from './effect.js';
 import { readEnvelope } from './message.js';
 import { claimInboxStatement } from './sql/inbox.js';
 import { failJobForGood } from './sql/jobs.js';
+import { serializeError } from '../ledger/outcome.js';
+import type { Logger } from '../log/logger.js';
+import { inSpan } from '../telemetry/tracing.js';
+import { deliveryEnding, deliverySpan } from '../telemetry/spans.js';
 
 export interface ConsumeDeps {
   sql: Sql;
   clock: Clock;
   /** How long inbox rows are kept; must outlive the jobs' retry horizon. */
   inboxRetentionMs: number;
+  /** Where deliveries are logged. */
+  log?: Logger;
 }
 
 export type ConsumeResult = 'applied' | 'duplicate';
@@ -81,11 +87,23 @@ export async function consume(
 /** The graphile-worker task for `effect`. */
 export function effectTask(deps: ConsumeDeps, effect: Effect): Task {
   return async (payload, helpers) => {
+    const job = { event: 'effect.delivery', effect: effect.name, job: helpers.job.id, attempt: helpers.job.attempts };
     try {
-      await consume(deps, effect, payload, { attempt: helpers.job.attempts, signal: helpers.abortSignal });
+      const result = await inSpan(deliverySpanOf(effect, payload, helpers.job), () => consume(deps, effect, payload, { attempt: helpers.job.attempts, signal: helpers.abortSignal }), deliveryEnding);
+      deps.log?.info({ ...job, key: readEnvelope(payload)?.k, result }, result === 'applied' ? `delivered effect '${effect.name}'` : `effect '${effect.name}' was delivered before; acknowledged`);
     } catch (error) {
-      if (isNonRetryable(error)) await failJobForGood(deps.sql, helpers.job.id);
+      const final = isNonRetryable(error);
+      deps.log?.[final ? 'error' : 'warn']({ ...job, final, error: serializeError(error) }, `delivering effect '${effect.name}' failed${final ? ' for good' : '; it is retried'}`);
+      if (final) await failJobForGood(deps.sql, helpers.job.id);
       throw error;
     }
+  };
+}
+
+/** A delivery's span: a child of the context its envelope carries (where the effect was enqueued). */
+function deliverySpanOf(effect: Effect, payload: unknown, job: { id: string; attempts: number }) {
+  return () => {
+    const envelope = readEnvelope(payload);
+    return deliverySpan({ scope: envelope?.s, key: envelope?.k, effect: effect.name, attempt: job.attempts, job: job.id, continues: envelope?.t });
   };
 }

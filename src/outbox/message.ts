@@ -1,6 +1,6 @@
 /**
- * The job payload of an effect: the message's derived key, its scope and the
- * validated payload. The key is what consumers dedupe on. The payload travels
+ * The job payload of an effect: the message's derived key, its scope, the
+ * validated payload and, with tracing, the trace context it was enqueued in. The key is what consumers dedupe on. The payload travels
  * as JSON and is parsed again on every delivery, so an envelope is built only
  * for a payload whose JSON form passes the effect's schema too.
  */
@@ -8,6 +8,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { toJsonText } from '../ledger/outcome.js';
 import { summarise } from '../workflow/values.js';
 import type { Effect } from './effect.js';
+import { activeTraceContext } from '../telemetry/tracing.js';
 
 export interface Envelope {
   /** Message key. */
@@ -21,6 +22,12 @@ export interface Envelope {
    * the job by failJobForGood, read back by retryJobs. Absent otherwise.
    */
   m?: number;
+  /**
+   * The W3C trace context active where the effect was enqueued (see
+   * telemetry/tracing.ts): its delivery's span continues it. Absent without
+   * an OpenTelemetry SDK.
+   */
+  t?: string;
 }
 
 /**
@@ -37,7 +44,9 @@ export function envelopeText(effect: Effect, key: string, scope: string, payload
       { cause: parsed.error },
     );
   }
-  const text = toJsonText({ k: key, s: scope, p: parsed.data } satisfies Envelope, `payload of effect '${effect.name}'`);
+  const trace = activeTraceContext();
+  const envelope: Envelope = trace ? { k: key, s: scope, p: parsed.data, t: trace } : { k: key, s: scope, p: parsed.data };
+  const text = toJsonText(envelope, `payload of effect '${effect.name}'`);
   const delivered = effect.payload.safeParse((JSON.parse(text) as Envelope).p);
   if (!delivered.success) {
     throw new StepkeyError(
@@ -54,6 +63,7 @@ export function envelopeText(effect: Effect, key: string, scope: string, payload
 
 export function readEnvelope(raw: unknown): Envelope | undefined {
   if (!raw || typeof raw !== 'object') return undefined;
-  const { k, s, p } = raw as Partial<Envelope>;
-  return typeof k === 'string' && typeof s === 'string' ? { k, s, p } : undefined;
+  const { k, s, p, t } = raw as Partial<Envelope>;
+  if (typeof k !== 'string' || typeof s !== 'string') return undefined;
+  return typeof t === 'string' ? { k, s, p, t } : { k, s, p };
 }

@@ -8,6 +8,7 @@
 import { connect } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { beatPool, registerPool, stopPool, unlockDeadPools } from './pool-liveness.js';
+import type { Logger } from '../log/logger.js';
 
 export interface HeartbeatOptions {
   /** The database's URL: the heartbeat opens one connection of its own to it. */
@@ -17,6 +18,8 @@ export interface HeartbeatOptions {
   /** A pool silent this long is dead; the beat comes every third of it. */
   leaseMs: number;
   onError: (error: unknown, context: string) => void;
+  /** Where dead pools unlocked are logged. */
+  log?: Logger;
 }
 
 export interface Heartbeat {
@@ -45,7 +48,11 @@ export async function startHeartbeat(options: HeartbeatOptions): Promise<Heartbe
     inFlight ??= beatPool(connection.sql, clock, poolId)
       .then(() => unlockDeadPools(connection.sql, clock, leaseMs))
       .then(
-        () => undefined,
+        (unlocked) => {
+          for (const pool of unlocked) {
+            options.log?.warn({ event: 'worker.dead_pool_unlocked', pool, by: poolId }, `worker pool ${pool} stopped beating; its jobs were unlocked`);
+          }
+        },
         (error: unknown) => onError(error, 'worker liveness'),
       )
       .finally(() => {

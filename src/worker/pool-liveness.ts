@@ -38,7 +38,7 @@ export async function unlockDeadPools(q: Queryable, clock: Clock, deadAfterMs: n
   const [row] = await q<{ ids: string[] }[]>`
     with dead as (
       update stepkey.worker_pools
-         set stopped_at = ${now}
+         set stopped_at = ${now}, unlocked_at = ${now}
        where stopped_at is null
          and last_beat_at < ${now} - ${deadAfterMs}::float8 * interval '1 millisecond'
       returning pool_id

@@ -9,12 +9,18 @@
  * `shutdownTimeoutMs`), gives run leases up for other workers, and marks the
  * pool stopped. The pool keeps beating until its jobs have drained.
  *
- * If graphile-worker stops by itself (a breaking migration, a queue it cannot
- * update), the worker reports it through onError, stops the rest, and
- * `closed` rejects.
+ * If graphile-worker stops by itself — it could not record a job's result
+ * because Postgres restarted or a backend was terminated — the worker reports
+ * it through onError and starts a new runner under a new pool id, with
+ * backoff while the database is down (pool-restarts.ts); the sweeper and the
+ * purge go on, and the old pool's locked jobs are unlocked once it has been
+ * silent for a lease. Only when no runner can go on (a breaking migration of
+ * graphile-worker's schema, an error retrying cannot fix) does the worker
+ * stop the rest and `closed` reject.
  */
-import { EventEmitter } from 'node:events';
-import { Logger, run, type Runner, type TaskList } from 'graphile-worker';
+import { parseCrontab, type TaskList } from 'graphile-worker';
+import type { Schedule } from '../schedules/define-schedule.js';
+import { scheduleTask } from '../schedules/schedule-task.js';
 import { connect, type Database } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
@@ -22,8 +28,10 @@ import { retryHorizonMs, type Effect } from '../outbox/effect.js';
 import { effectTask } from '../outbox/inbox.js';
 import type { Workflow } from '../workflow/define.js';
 import { createEngine, type Engine } from '../workflow/engine.js';
-import { startHeartbeat, type Heartbeat } from './heartbeat.js';
+import { superviseRunners, type RestartBackoff } from './pool-restarts.js';
+import { startPoolRun } from './pool-run.js';
 import { purgeExpired } from './purge.js';
+import { resolveLogger, type Logger as StepkeyLogger } from '../log/logger.js';
 
 export interface WorkerOptions {
   /** A database from connect(), or a URL (the worker then owns its pool). */
@@ -40,6 +48,8 @@ export interface WorkerOptions {
   sweepIntervalMs?: number;
   /** How long inbox rows are kept (default 7 days; at least the longest retry horizon). */
   inboxRetentionMs?: number;
+  /** Schedules whose ticks this worker fires (their workflows are registered with its engine). */
+  schedules?: readonly Schedule[];
   /** Cron schedule of the purge (default every minute); false to leave purging to `stepkey purge`. */
   purgeSchedule?: string | false;
   /** Stop on SIGTERM/SIGINT and exit (0 if the stop was clean). Default false. */
@@ -50,17 +60,28 @@ export interface WorkerOptions {
   engine?: Engine;
   /** Local-queue size of graphile-worker (default 50; 0 turns the local queue off). */
   localQueueSize?: number;
+  /** Backoff of the replacements of a runner that stopped by itself (default 500 ms doubling to 5 s). */
+  restartBackoff?: RestartBackoff;
   onError?: (error: unknown, context: string) => void;
+  /**
+   * Where deliveries, dead pools unlocked and (for the engine it makes) takeovers,
+   * resumes, retries and unknown outcomes are logged: a pino logger or one with
+   * its methods, false for none (default: pino if installed).
+   */
+  logger?: StepkeyLogger | false;
 }
 
 export interface Worker {
   readonly engine: Engine;
-  /** graphile-worker's pool id: the id its jobs are locked under. */
+  /** graphile-worker's pool id: the id its jobs are locked under (a new one after each restart of the runner). */
   readonly poolId: string;
+  /** How many times a runner that stopped by itself was replaced. */
+  readonly restarts: number;
   stop(): Promise<void>;
   /**
    * Settles once the worker has stopped: resolves after stop(); rejects with
-   * the reason when the worker stopped by itself because graphile-worker did.
+   * the reason when the worker stopped by itself because no graphile-worker
+   * runner could go on.
    */
   readonly closed: Promise<void>;
 }
@@ -98,9 +119,11 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
       clock,
       ...(options.leaseMs === undefined ? {} : { leaseMs: options.leaseMs }),
       ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
+      ...(options.logger === undefined ? {} : { logger: options.logger }),
       onError,
     });
-  const deps = { sql: database.sql, clock, inboxRetentionMs };
+  const log = resolveLogger(options.logger);
+  const deps = { sql: database.sql, clock, inboxRetentionMs, log };
   const taskList: TaskList = {
     'stepkey:purge': async () => {
       await purgeExpired(database.sql, { clock });
@@ -110,52 +133,39 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
     if (taskList[effect.name]) throw new StepkeyError('definition_error', `Two effects are named '${effect.name}'.`);
     taskList[effect.name] = effectTask(deps, effect);
   }
+  const schedules = options.schedules ?? [];
+  for (const schedule of schedules) {
+    if (schedule?.kind !== 'stepkey.schedule') throw new StepkeyError('definition_error', 'runWorker({ schedules }) takes schedules made with defineSchedule().');
+    if (taskList[schedule.task]) throw new StepkeyError('definition_error', `Two schedules are named '${schedule.name}'.`);
+    if (!engine.registry.get(schedule.workflow.name, schedule.workflow.version)) engine.registry.add(schedule.workflow);
+    taskList[schedule.task] = scheduleTask(engine, schedule);
+  }
 
-  const events = new EventEmitter();
-  let poolId = '';
-  events.on('pool:create', ({ workerPool }: { workerPool: { id: string } }) => {
-    poolId = workerPool.id;
-  });
   const schedule = options.purgeSchedule ?? '* * * * *';
-  const localQueueSize = options.localQueueSize ?? 50;
-  const runner: Runner = await run({
-    connectionString: database.url,
-    concurrency,
-    noHandleSignals: true,
-    taskList,
-    ...(schedule === false ? { parsedCronItems: [] } : { crontab: `${schedule} stepkey:purge` }),
-    events: events as never,
-    logger: new Logger(() => (level, message) => {
-      if (level === 'error') onError(new Error(message), 'graphile-worker');
-    }),
-    preset: {
-      worker: {
-        ...(localQueueSize > 0 ? { localQueue: { size: localQueueSize } } : {}),
-        completeJobBatchDelay: 0,
-        failJobBatchDelay: 0,
-        // How long into a graceful shutdown graphile-worker aborts helpers.abortSignal (its default: 5 s).
-        gracefulShutdownAbortTimeout: shutdownTimeoutMs,
-      },
-    },
+  const startRun = () =>
+    startPoolRun({
+      url: database.url,
+      concurrency,
+      taskList,
+      parsedCronItems: [...(schedule === false ? [] : parseCrontab(`${schedule} stepkey:purge`)), ...schedules.map((item) => item.cronItem)],
+      clock,
+      leaseMs: engine.leaseMs,
+      localQueueSize: options.localQueueSize ?? 50,
+      shutdownTimeoutMs,
+      onError,
+      log,
+    });
+  const runners = await superviseRunners(startRun, {
+    onError,
+    log,
+    ...(options.restartBackoff === undefined ? {} : { backoff: options.restartBackoff }),
   }).catch(async (error: unknown) => {
     if (owned) await database.close();
     throw error;
   });
-
-  let heartbeat: Heartbeat;
-  try {
-    if (!poolId) throw new StepkeyError('database_error', 'graphile-worker started without announcing its pool id.');
-    heartbeat = await startHeartbeat({ url: database.url, clock, poolId, leaseMs: engine.leaseMs, onError });
-  } catch (error) {
-    // The runner is taking jobs already: it must not go on without a heartbeat.
-    await runner.stop().catch((stopError: unknown) => onError(stopError, 'stopping graphile-worker after a failed start'));
-    if (owned) await database.close();
-    throw error;
-  }
   engine.startSweeper();
 
   let stopping: Promise<void> | undefined;
-  let runnerEnded = false;
   /** Why the worker stopped by itself; undefined after a stop() asked for. */
   let failure: Error | undefined;
   let settle!: (error: unknown) => void;
@@ -167,15 +177,9 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
 
   const stop = (): Promise<void> =>
     (stopping ??= (async () => {
-      const [runs, drained] = await Promise.allSettled([
-        engine.shutdown({ timeoutMs: shutdownTimeoutMs }),
-        runnerEnded ? undefined : runner.stop(),
-      ]);
+      const [runs, drained] = await Promise.allSettled([engine.shutdown({ timeoutMs: shutdownTimeoutMs }), runners.stop()]);
       if (runs.status === 'rejected') onError(runs.reason, 'stopping the runs');
       if (drained.status === 'rejected') onError(drained.reason, 'stopping graphile-worker');
-      // The pool beat on while its jobs drained. It is marked stopped only after a drain asked for:
-      // after anything else, the other workers declare it dead and unlock what it may have left locked.
-      await heartbeat.stop({ markStopped: drained.status === 'fulfilled' && failure === undefined });
       if (owned) await database.close();
     })().then(
       () => settle(failure),
@@ -185,26 +189,13 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
       },
     ));
 
-  // runner.promise settles when graphile-worker stops — after our runner.stop(), or by itself.
-  const ended = (error: Error) => {
-    runnerEnded = true;
+  // A runner that stops by itself is replaced (pool-restarts.ts); this settles only when none can be.
+  void runners.gaveUp.then((error) => {
     if (stopping) return;
     failure = error;
-    onError(error, 'graphile-worker');
+    onError(error, 'worker');
     stop().catch((stopError: unknown) => onError(stopError, 'shutdown'));
-  };
-  runner.promise.then(
-    () =>
-      ended(
-        new StepkeyError(
-          'database_error',
-          `graphile-worker's pool ${poolId} stopped by itself (a breaking migration of its schema by another ` +
-            'process, or job results it could not record; its errors were reported before): this worker consumed ' +
-            'no more jobs, so it has stopped.',
-        ),
-      ),
-    (error: unknown) => ended(error instanceof Error ? error : new Error(String(error))),
-  );
+  });
 
   if (options.handleSignals) {
     const onSignal = (signal: NodeJS.Signals) => {
@@ -225,5 +216,15 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
     process.once('SIGINT', onSignal);
   }
 
-  return { engine, poolId, stop, closed };
+  return {
+    engine,
+    get poolId() {
+      return runners.poolId;
+    },
+    get restarts() {
+      return runners.restarts;
+    },
+    stop,
+    closed,
+  };
 }

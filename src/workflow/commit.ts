@@ -6,6 +6,9 @@
  *                      until the next step boundary (state.deferred): when the
  *                      run ends right after it, its completion rides along
  *   recorded values    ctx.now / ctx.uuid rows (state.pending)
+ *   attempt writes     the effect record: an attempt's end or resolution
+ *                      (state.pendingAttempts), and whatever the caller adds
+ *                      (an attempt's start rides the commit before its call)
  *
  * `commitWaiting` commits all of it — plus whatever the caller adds — in one
  * transaction. Every step row in it is fenced by the run's lease; if the
@@ -15,56 +18,106 @@
  */
 import type postgres from 'postgres';
 import type { Queryable } from '../db/connect.js';
-import { Transaction } from '../db/transaction.js';
-import { isConnectionError, isLeaseLost, isUniqueViolation, translateDatabaseError } from '../errors/pg-errors.js';
+import { Transaction, type TxSql } from '../db/transaction.js';
+import {
+  isConnectionError,
+  isLeaseLost,
+  isTransientConflict,
+  isUniqueViolation,
+  translateDatabaseError,
+} from '../errors/pg-errors.js';
 import { faultPoint } from '../faults/fault-points.js';
-import { RunStopped } from './errors.js';
+import { RunStopped, isUnavailable } from './errors.js';
 import type { RunState } from './run-state.js';
-import { insertStepRowsStatement, type StepRow } from './sql/step-rows.js';
+import { insertStepRowsStatement, type StepRow, type StepRowsFence } from './sql/step-rows.js';
+import type { OutcomeToStore } from '../ledger/types.js';
 import { refreshLeaseStatement } from '../ledger/sql/finish.js';
+import type { AttemptWrite } from './effects/attempts.js';
+import { afterGiveBack, giveBackWith } from '../flow/limit-release.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
 export interface CommitExtra {
   /** More step rows (the step that is being recorded). */
   rows?: StepRow[];
-  /** More statements, built on the committing transaction. */
+  /** Writes to the effect record (an attempt's start, end or resolution). */
+  attempts?: AttemptWrite[];
+  /** More statements, built on the committing transaction, sent after the step rows. */
   statements?: (q: Queryable) => Statement[];
+  /**
+   * The run's outcome: stored by the statement that writes the step rows, its
+   * fenced UPDATE of the run row fencing them (see sql/step-rows.ts).
+   */
+  complete?: { outcome: OutcomeToStore; retentionMs: number };
 }
 
-export async function commitWaiting(state: RunState, extra: CommitExtra = {}): Promise<void> {
+/**
+ * Runs on the committing transaction before its last statements are built:
+ * statements whose answers decide what to commit (a wait that locks its run
+ * and reads its mailbox, say). It returns what to add to the commit.
+ */
+export type Prepare = (q: TxSql) => Promise<CommitExtra>;
+
+export async function commitWaiting(state: RunState, extra: CommitExtra = {}, prepare?: Prepare): Promise<void> {
+  state.progress(state.deps.leaseMs);
   const carriesStart = state.startPending;
   const deferred = state.takeDeferred();
-  const transaction = deferred?.transaction ?? state.takeOpening();
+  let transaction = deferred?.transaction ?? state.takeOpening();
   const rows = [...(deferred?.rows ?? []), ...state.takePending(), ...(extra.rows ?? [])];
+  const attempts = [...state.takePendingAttempts(), ...(extra.attempts ?? [])];
+  const placed = (list: StepRow[]) => list.map((row) => ({ ...row, seq: row.seq ?? state.seqOf(row.name) }));
   // The start's lease was measured when the claim ran, and no heartbeat covers a row not yet
   // committed: a start that waited long commits with a fresh lease.
   const staleStart = carriesStart && Date.now() - state.claimedAt > state.deps.leaseMs / 3;
-  const build = (q: Queryable): Statement[] => [
-    ...(rows.length ? [insertStepRowsStatement(q, state.deps.clock, state.lease, rows)] : []),
-    ...(staleStart ? [refreshLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
-    ...(extra.statements?.(q) ?? []),
-  ];
+  // The start's own transaction inserted the run's row: nobody else can touch it before COMMIT.
+  const fence: StepRowsFence = extra.complete
+    ? { kind: 'complete', ...extra.complete }
+    : carriesStart
+      ? { kind: 'ownStart' }
+      : { kind: 'share' };
+  // A limit slot held by a step recorded here is given back in the same commit — before a
+  // completion in it, whose trigger would give it back without naming the waiter it wakes.
+  let giveBack: Statement | undefined;
+  const build = (q: Queryable, more: CommitExtra): Statement[] => {
+    const all = placed([...rows, ...(more.rows ?? [])]);
+    const writes = [...attempts, ...(more.attempts ?? [])];
+    const recording = all.length || writes.length || extra.complete;
+    giveBack = giveBackWith(state, q, all);
+    return [
+      ...(giveBack ? [giveBack] : []),
+      ...(recording ? [insertStepRowsStatement(q, state.deps.clock, state.lease, all, writes, fence)] : []),
+      ...(staleStart && !extra.complete ? [refreshLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
+      ...(extra.statements?.(q) ?? []),
+      ...(more.statements?.(q) ?? []),
+    ];
+  };
+  let committed: StepRow[] = rows;
+  let written: AttemptWrite[] = attempts;
   try {
+    if (prepare && !transaction) transaction = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
     if (transaction) {
-      await transaction.commit(...build(transaction.sql));
+      const more = prepare ? await prepare(transaction.sql) : {};
+      committed = [...rows, ...(more.rows ?? [])];
+      written = [...attempts, ...(more.attempts ?? [])];
+      await transaction.commit(...build(transaction.sql, more));
     } else {
-      const statements = build(state.deps.sql);
+      const statements = build(state.deps.sql, {});
       if (statements.length === 1) await statements[0];
       else if (statements.length > 1) {
-        const fresh = await Transaction.begin(state.deps.sql);
-        await fresh.commit(...build(fresh.sql));
+        const fresh = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
+        await fresh.commit(...build(fresh.sql, {}));
       }
     }
   } catch (error) {
+    transaction?.abandon();
     // Whatever failed here is lost: the run must not go on as if it had committed.
     if (isLeaseLost(error)) {
       state.stop('lease_lost');
       throw new RunStopped('lease_lost');
     }
-    if (isUniqueViolation(error) || isConnectionError(error)) {
-      // Another holder committed one of these steps first, or the connection went: start
-      // again from what the ledger holds.
+    if (isUniqueViolation(error) || isConnectionError(error) || isUnavailable(error) || isTransientConflict(error)) {
+      // Another holder committed one of these steps first, the connection went, or Postgres
+      // chose this transaction as a deadlock's victim: start again from what the ledger holds.
       state.stop('conflict');
       throw new RunStopped('conflict');
     }
@@ -74,7 +127,9 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}): P
     state.halt(failure);
     throw failure;
   }
-  for (const row of rows) state.finished.set(row.name, row);
+  for (const row of committed) state.finished.set(row.name, row);
+  state.applyAttempts(written, Date.now() + state.deps.clock.offsetMs);
+  await afterGiveBack(state, giveBack);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }
 

@@ -20,6 +20,20 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidStepName } from '../keys/validate.js';
 import { resolveRetryPolicy, DEFAULT_STEP_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
 import type { RunArguments } from './handles.js';
+import type { PreviousAttempt } from './effects/attempts.js';
+import type { Limit } from '../flow/define-limit.js';
+
+/** What a step's reconcile is given: the key the earlier attempts sent, and how they ended. */
+export interface ReconcileContext {
+  /** The step's derived idempotency key, as every attempt sent it. */
+  key: string;
+  /** The earlier attempts that did not succeed, the unknown ones among them. */
+  previous: PreviousAttempt[];
+  /** The run's scope (the tenant), to find the callee's account. */
+  scope: string;
+  /** Aborted when the lookup times out (the step's timeoutMs) or the run must stop. */
+  signal: AbortSignal;
+}
 
 export type AnySchema = z.ZodType;
 
@@ -33,6 +47,28 @@ export interface StepOptions<Output extends AnySchema | undefined = AnySchema | 
    * running is cancelled by Postgres). Either way the attempt is retried.
    */
   timeoutMs?: number;
+  /**
+   * For `call` steps: asks the callee what an earlier attempt whose outcome
+   * is unknown did (by the key), before calling again. What it returns is the
+   * step's output — parsed by `output` — and the call is not made again;
+   * undefined says the earlier attempt did nothing, and the call is made. It
+   * runs only once the earlier attempt's lease has ended; a throw is retried
+   * like the call.
+   */
+  reconcile?: (context: ReconcileContext) => Promise<(Output extends AnySchema ? z.input<Output> : unknown) | undefined>;
+  /**
+   * For `call` steps whose callee cannot dedupe: an attempt whose outcome is
+   * unknown is never followed by another call (unless `reconcile` finds it
+   * did nothing); the run stops as `needs_review` until an operator resolves
+   * it (`stepkey resolve`, `engine.resolve`).
+   */
+  atMostOnce?: boolean;
+  /**
+   * A limit (defineLimit, registered with the engine) this step's `tx` and
+   * `call` take a token and/or a slot from before their body runs, parking
+   * the run until they can (src/flow/limit-acquire.ts). By object or name.
+   */
+  limit?: Limit | string;
 }
 
 /** A declared step. `Output` is its schema, or undefined for a plain JSON result. */
@@ -41,34 +77,57 @@ export interface StepDeclaration<Output extends AnySchema | undefined = AnySchem
   readonly output: Output;
   readonly retry: ResolvedRetryPolicy;
   readonly timeoutMs: number;
+  readonly reconcile: ((context: ReconcileContext) => Promise<unknown>) | undefined;
+  readonly atMostOnce: boolean;
+  /** The limit's name, and its definition when the step was given the object. */
+  readonly limit: string | undefined;
+  readonly limitDefinition: Limit | undefined;
 }
 
-export function step(name: string): StepDeclaration<undefined>;
-export function step<Output extends AnySchema | undefined>(
-  name: string,
-  options: StepOptions<Output>,
-): StepDeclaration<Output>;
+export function step<Output extends AnySchema>(name: string, options: StepOptions<Output> & { output: Output }): StepDeclaration<Output>;
+export function step(name: string, options?: StepOptions<undefined>): StepDeclaration<undefined>;
 export function step(name: string, options: StepOptions = {}): StepDeclaration {
   assertValidStepName(name);
   const timeoutMs = options.timeoutMs ?? DEFAULT_STEP_TIMEOUT_MS;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new StepkeyError('definition_error', `Step '${name}': timeoutMs must be a positive number, got ${timeoutMs}.`);
   }
+  if (options.reconcile !== undefined && typeof options.reconcile !== 'function') {
+    throw new StepkeyError('definition_error', `Step '${name}': reconcile must be a function ({ key, previous }) => output or undefined.`);
+  }
+  if (options.atMostOnce !== undefined && typeof options.atMostOnce !== 'boolean') {
+    throw new StepkeyError('definition_error', `Step '${name}': atMostOnce must be true or false, got ${String(options.atMostOnce)}.`);
+  }
+  const limit = options.limit;
+  if (limit !== undefined && typeof limit !== 'string' && (limit as { kind?: unknown })?.kind !== 'stepkey.limit') {
+    throw new StepkeyError('definition_error', `Step '${name}': limit must be a limit made with defineLimit() or its name.`);
+  }
+  if (typeof limit === 'string' && limit.length === 0) {
+    throw new StepkeyError('definition_error', `Step '${name}': limit must name a limit, got an empty string.`);
+  }
   return Object.freeze({
     name,
+    limit: typeof limit === 'string' ? limit : limit?.name,
+    limitDefinition: typeof limit === 'string' ? undefined : limit,
     output: options.output,
     retry: resolveRetryPolicy(options.retry, `Step '${name}'`),
     timeoutMs,
+    reconcile: options.reconcile as StepDeclaration['reconcile'],
+    atMostOnce: options.atMostOnce ?? false,
   });
 }
 
 export type StepDeclarations = Record<string, StepDeclaration>;
+
+/** The events a workflow's runs can receive (`engine.send`), each with the schema of its payload. */
+export type EventDeclarations = Record<string, AnySchema>;
 
 export interface WorkflowOptions<
   Input extends AnySchema,
   Output extends AnySchema | undefined,
   Steps extends StepDeclarations,
   Result,
+  Events extends EventDeclarations = Record<never, never>,
 > {
   name: string;
   version: number;
@@ -76,36 +135,55 @@ export interface WorkflowOptions<
   /** Schema of the run's result; without it, the result must be plain JSON. */
   output?: Output;
   steps: Steps;
-  run: (args: RunArguments<z.output<Input>, Steps>) => Promise<Output extends AnySchema ? z.input<Output> : Result>;
+  /**
+   * Events its runs can be sent (`engine.send(ref, topic, payload, { key })`)
+   * and wait for (`steps.x.waitForEvent(topic)`): topic → payload schema. A
+   * payload is checked against it before anything is stored.
+   */
+  events?: Events;
+  run: (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<Output extends AnySchema ? z.input<Output> : Result>;
 }
 
 /** A workflow definition: one version of one workflow. */
-export interface Workflow<Input extends AnySchema = AnySchema, Result = unknown, Steps extends StepDeclarations = StepDeclarations> {
+export interface Workflow<
+  Input extends AnySchema = AnySchema,
+  Result = unknown,
+  Steps extends StepDeclarations = StepDeclarations,
+  Events extends EventDeclarations = EventDeclarations,
+> {
   readonly kind: 'stepkey.workflow';
   readonly name: string;
   readonly version: number;
   readonly input: Input;
   readonly output: AnySchema | undefined;
   readonly steps: Steps;
+  readonly events: Events;
   /** A method, so that a workflow with specific steps is assignable to Workflow (bivariant parameters). */
-  run(args: RunArguments<z.output<Input>, Steps>): Promise<unknown>;
+  run(args: RunArguments<z.output<Input>, Steps, Events>): Promise<unknown>;
   /** Type carrier for the result; always undefined at run time. */
   readonly __result?: Result;
 }
 
 export type WorkflowInput<W> = W extends Workflow<infer I, unknown, StepDeclarations> ? z.input<I> : never;
 export type WorkflowResult<W> = W extends Workflow<AnySchema, infer R, StepDeclarations> ? R : never;
+/** The event topics a workflow declares (any string for a workflow not known by type). */
+export type EventName<W> = W extends Workflow<AnySchema, unknown, StepDeclarations, infer E> ? keyof E & string : string;
+/** What `engine.send` takes for `topic`: its schema's input. */
+export type EventInput<W, T> =
+  W extends Workflow<AnySchema, unknown, StepDeclarations, infer E> ? (T extends keyof E ? z.input<E[T]> : never) : unknown;
 
 const workflowNamePattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
+const topicPattern = workflowNamePattern;
 
 export function defineWorkflow<
   Input extends AnySchema,
   Steps extends StepDeclarations,
   Result,
   Output extends AnySchema | undefined = undefined,
+  Events extends EventDeclarations = Record<never, never>,
 >(
-  options: WorkflowOptions<Input, Output, Steps, Result>,
-): Workflow<Input, Output extends AnySchema ? z.output<Output> : Result, Steps> {
+  options: WorkflowOptions<Input, Output, Steps, Result, Events>,
+): Workflow<Input, Output extends AnySchema ? z.output<Output> : Result, Steps, Events> {
   const where = `Workflow '${String(options?.name)}'`;
   if (typeof options?.name !== 'string' || !workflowNamePattern.test(options.name)) {
     throw new StepkeyError(
@@ -136,6 +214,14 @@ export function defineWorkflow<
     }
     seen.set(declaration.name, handle);
   }
+  for (const [topic, schema] of Object.entries(options.events ?? {})) {
+    if (!topicPattern.test(topic)) {
+      throw new StepkeyError('definition_error', `${where}: event '${topic}' must be named with 1–128 letters, digits or . _ / -.`);
+    }
+    if (!schema || typeof (schema as { safeParse?: unknown }).safeParse !== 'function') {
+      throw new StepkeyError('definition_error', `${where}: events.${topic} must be a zod schema of its payload.`);
+    }
+  }
   return Object.freeze({
     kind: 'stepkey.workflow' as const,
     name: options.name,
@@ -143,6 +229,7 @@ export function defineWorkflow<
     input: options.input,
     output: options.output,
     steps: options.steps ?? ({} as Steps),
-    run: options.run as (args: RunArguments<z.output<Input>, Steps>) => Promise<unknown>,
+    events: options.events ?? ({} as Events),
+    run: options.run as (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<unknown>,
   });
 }

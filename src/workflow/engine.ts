@@ -21,25 +21,46 @@ import { Transaction } from '../db/transaction.js';
 import { type Clock, systemClock } from '../db/clock.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { rootKey } from '../keys/derive.js';
-import { purposeFingerprint } from '../keys/fingerprint.js';
+import { newRootKey, storedRootKey } from '../keys/derive.js';
+import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
 import { claimKey } from '../ledger/claim.js';
 import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
 import { failStatement } from '../ledger/sql/finish.js';
-import { readRow, type LedgerRow } from '../ledger/sql/read.js';
-import type { KeyRef, Lease, LedgerKind } from '../ledger/types.js';
+import { readRow } from '../ledger/sql/read.js';
+import type { ClaimResult, KeyRef, Lease, LedgerKind } from '../ledger/types.js';
 import type { Workflow, WorkflowResult } from './define.js';
-import { executeRun, type Settled, type StepHandleExtension } from './executor.js';
+import { executeRun, wakeParentStatements, type Settled, type StepHandleExtension } from './executor.js';
 import { WorkflowRegistry } from './registry.js';
 import { readRunInfo, type RunInfo } from './run-info.js';
 import { RunState, type RunDeps } from './run-state.js';
-import { cancelRun } from './sql/cancel-run.js';
+import { cancelRunAction } from '../actions/cancel-run.js';
+import type { ActionBy } from '../actions/sql/audit.js';
+import { isUnavailable, type StopReason } from './errors.js';
 import { loadRun, type FinishedStep } from './sql/load-run.js';
-import { expireRunLease, heartbeatRuns, sweepExpiredRuns } from './sql/run-leases.js';
-import { decodeValue, summarise } from './values.js';
+import { expireRunLease, heartbeatRuns, sweepExpiredRuns, wakeDueRun } from './sql/run-leases.js';
+import { summarise } from './values.js';
+import { mismatchError, parkedWait, replayFields, settledFromRow, toAttempt, unwrap, type RunAttempt } from './outcomes.js';
+import type { EventInput, EventName } from './define.js';
+import type { RunRef } from './handles.js';
+import type { ChildStart, RunStateOptions } from './run-state.js';
+import { sendEvent, type Sent } from './waits/send.js';
+import { waitStepKinds } from './waits/step-kinds.js';
+import type { RunWaitView } from './waits/wait.js';
 import { enqueueStep } from '../outbox/enqueue-step.js';
+import { resolveLogger, type Logger } from '../log/logger.js';
+import { resolveRun, type Resolution, type Resolved } from './effects/resolve.js';
+import { startRerun, type RerunOptions } from './rerun/rerun.js';
+import { instrument } from '../telemetry/instrumentation.js';
+import { activeTraceContext } from '../telemetry/tracing.js';
+import type { Queue } from '../flow/define-queue.js';
+import type { Limit } from '../flow/define-limit.js';
+import { FlowControl } from '../flow/flow-control.js';
+import { Dispatcher } from '../flow/dispatcher.js';
+import { LimitRegistry } from '../flow/limit-registry.js';
+import type { EnqueueOptions } from '../flow/enqueue.js';
+import { queuedRun } from '../flow/queued-run.js';
 
 export interface EngineOptions {
   /** A database from connect(), or a URL (the engine then owns its pool). */
@@ -57,29 +78,38 @@ export interface EngineOptions {
   sweepIntervalMs?: number;
   /** Runs the sweeper may execute at once in this process (default 8; each holds a pooled connection while it writes). */
   maxConcurrentRuns?: number;
+  /** Queues this engine enqueues on and dispatches (see defineQueue). */
+  queues?: readonly Queue<any>[];
+  /** Limits on outside providers that steps take from (see defineLimit); a step that names one not registered is refused here. */
+  limits?: readonly Limit<any>[];
   /** Step kinds added by other layers (the outbox's enqueue). */
   stepExtensions?: readonly StepHandleExtension[];
   /** Background failures (heartbeat, sweeper); default: printed to stderr. */
   onError?: (error: unknown, context: string) => void;
+  /**
+   * Where takeovers, resumes, retries and unknown outcomes are logged, as JSON
+   * lines: a pino logger (or anything with its info/warn/error/debug), false
+   * for none. Default: pino if it is installed (STEPKEY_LOG_LEVEL, default info).
+   */
+  logger?: Logger | false;
 }
 
 export interface RunOptions {
   /** Fingerprint to use instead of (workflow name + input): a tRPC procedure passes path + input. */
   fingerprint?: string;
+  /** With `fingerprint`: its v1 form, for keys stored before fingerprints had versions. */
+  legacyFingerprint?: () => string;
   /** Volatile input fields left out of the fingerprint, e.g. ['meta.traceId']. */
   exclude?: string[];
 }
 
-export type RunAttempt<Result> =
-  | { state: 'completed'; output: Result; replayed: boolean }
-  /** A deterministic error ended the run; it is stored and replayed. */
-  | { state: 'errored'; error: StoredError; replayed: boolean }
-  | { state: 'cancelled'; reason: StoredError }
-  | { state: 'in_progress'; retryAfterMs: number }
-  | { state: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
+export type { RunAttempt } from './outcomes.js';
 
-export interface RunHandle<Result> extends KeyRef {
-  readonly rootKey: string;
+export interface RunHandle<Result, W extends Workflow = Workflow> extends KeyRef {
+  /** Its workflow: a handle is a typed ref for `engine.send`. */
+  readonly workflow: W;
+  /** What the run's step keys derive from; null when another call's start of it had not committed yet. */
+  readonly rootKey: string | null;
   /** false when the key already had a run (this call joined or replayed it). */
   readonly started: boolean;
   /** The run's result, waiting for it wherever it executes. */
@@ -87,6 +117,12 @@ export interface RunHandle<Result> extends KeyRef {
 }
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;
+
+/** A run's fingerprint and, computed when a stored row needs it, its v1 form. */
+interface Fingerprints {
+  fingerprint: string;
+  legacyFingerprint: () => string;
+}
 
 const envNumber = (name: string): number | undefined => {
   const value = process.env[name];
@@ -104,17 +140,25 @@ export class Engine {
   readonly sweepIntervalMs: number;
   readonly maxConcurrentRuns: number;
   readonly #deps: RunDeps;
+  readonly #flow: FlowControl;
+  readonly #dispatcher: Dispatcher;
   readonly #ownedDatabase: Database | undefined;
   readonly #extensions: readonly StepHandleExtension[];
   readonly #onError: (error: unknown, context: string) => void;
   readonly #states = new Map<string, RunState>();
   readonly #running = new Map<string, Promise<Settled>>();
+  /** Runs woken while their execution here was still ending (it had just parked). */
+  readonly #pendingWakes = new Set<string>();
   readonly #heartbeat: NodeJS.Timeout;
+  readonly #heartbeatMs: number;
   #sweeper: NodeJS.Timeout | undefined;
   #sweeping = false;
+  /** The last sweep filled every free slot: more due work is likely waiting. */
+  #backlog = false;
   #closing = false;
 
   constructor(options: EngineOptions) {
+    const engine = this;
     const database = typeof options.database === 'string' ? connect(options.database) : options.database;
     this.#ownedDatabase = typeof options.database === 'string' ? database : undefined;
     this.sql = database.sql;
@@ -125,9 +169,45 @@ export class Engine {
     this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs ?? envNumber('STEPKEY_SWEEP_INTERVAL_MS'), 1_000);
     this.maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 8);
     const heartbeatMs = positive('heartbeatMs', options.heartbeatMs, Math.max(50, Math.floor(this.leaseMs / 3)));
+    this.#heartbeatMs = heartbeatMs;
     this.#extensions = [enqueueStep, ...(options.stepExtensions ?? [])];
     this.#onError = options.onError ?? ((error, context) => console.error(`stepkey: ${context}:`, error));
-    this.#deps = { sql: this.sql, clock: this.clock, retentionMs: this.retentionMs, leaseMs: this.leaseMs };
+    this.#extensions = [...this.#extensions, waitStepKinds];
+    this.#flow = new FlowControl(this.sql, this.clock, options.queues ?? []);
+    this.#dispatcher = new Dispatcher(
+      {
+        sql: this.sql,
+        clock: this.clock,
+        leaseMs: this.leaseMs,
+        maxConcurrentRuns: this.maxConcurrentRuns,
+        get activeRuns() {
+          return engine.activeRuns;
+        },
+        get closing() {
+          return engine.#closing;
+        },
+        versions: () => this.#versions(),
+        execute: (lease, own) =>
+          this.#track(lease, () =>
+            own ? this.#execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map() }) : this.#resumeOwned(lease),
+          ),
+        onError: (error, context) => this.#onError(error, context),
+      },
+      this.#flow,
+    );
+    this.#deps = {
+      sql: this.sql,
+      clock: this.clock,
+      retentionMs: this.retentionMs,
+      leaseMs: this.leaseMs,
+      log: resolveLogger(options.logger),
+      limits: new LimitRegistry(this.sql, options.limits ?? [], this.registry.all()),
+      hooks: {
+        registry: this.registry,
+        executeChild: (child) => this.#executeChild(child),
+        wake: (ref) => this.#wake(ref),
+      },
+    };
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
     this.#heartbeat.unref();
   }
@@ -143,16 +223,17 @@ export class Engine {
     ref: KeyRef,
     input: InputOf<W>,
     options: RunOptions = {},
-  ): Promise<RunHandle<WorkflowResult<W>>> {
+  ): Promise<RunHandle<WorkflowResult<W>, W>> {
     const begun = await this.#begin(workflow, ref, input, options, false);
     if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
     if (begun.kind === 'executing') begun.done.catch(() => {});
     return {
+      workflow,
       scope: ref.scope,
       key: ref.key,
-      rootKey: rootKey(ref.scope, ref.key),
+      rootKey: begun.rootKey,
       started: begun.kind === 'executing' && !begun.resumed,
-      result: () => this.#result(workflow, ref, begun.fingerprint) as Promise<WorkflowResult<W>>,
+      result: () => this.#result(ref, begun.fingerprints) as Promise<WorkflowResult<W>>,
     };
   }
 
@@ -170,9 +251,10 @@ export class Engine {
       case 'in_progress':
         return { state: 'in_progress', retryAfterMs: begun.retryAfterMs };
       case 'settled':
-        return this.#toAttempt(workflow, begun.settled, true);
+        if (begun.settled.state === 'waiting') this.#wakeIfDue(ref, begun.settled.wait);
+        return toAttempt(this.registry, begun.settled, true);
       case 'executing':
-        return this.#toAttempt(workflow, await begun.done, false);
+        return toAttempt(this.registry, await begun.done, false);
     }
   }
 
@@ -190,18 +272,53 @@ export class Engine {
     for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
       const begun = await this.#begin(workflow, ref, input, options, true);
       if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
-      if (begun.kind === 'settled') return this.#unwrap(workflow, ref, begun.settled) as WorkflowResult<W>;
+      if (begun.kind === 'settled' && begun.settled.state !== 'waiting') {
+        return unwrap(this.registry, ref, begun.settled) as WorkflowResult<W>;
+      }
       if (begun.kind === 'executing') {
         const settled = await begun.done;
-        if (settled.state !== 'stopped' || settled.reason === 'shutting_down') {
-          return this.#unwrap(workflow, ref, settled) as WorkflowResult<W>;
+        if (settled.state === 'waiting') return this.#result(ref, begun.fingerprints) as Promise<WorkflowResult<W>>;
+        if (settled.state !== 'stopped' || settled.reason === 'shutting_down' || settled.reason === 'unavailable') {
+          return unwrap(this.registry, ref, settled) as WorkflowResult<W>;
         }
         continue; // another process has it now
       }
+      if (begun.kind === 'settled') return this.#result(ref, begun.fingerprints) as Promise<WorkflowResult<W>>;
       const local = this.#running.get(idOf(ref));
       if (local) await local.catch(() => undefined);
       else await new Promise((resolve) => setTimeout(resolve, Math.max(20, Math.min(begun.retryAfterMs, delay))));
     }
+  }
+
+  /**
+   * Puts a run on a queue: it starts when the queue has a slot for it — at
+   * once, here, if one is free — on any process that serves the queue
+   * (src/flow). Idempotent by `ref`: the same ref with another queue,
+   * priority or input is a mismatch.
+   */
+  async enqueue<W extends Workflow>(
+    workflow: W,
+    ref: KeyRef,
+    input: InputOf<W>,
+    options: EnqueueOptions & RunOptions,
+  ): Promise<RunHandle<WorkflowResult<W>, W> & { queued: boolean; requeued: boolean }> {
+    if (this.#closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+    assertValidRef(ref);
+    const definition = this.registry.require(workflow);
+    const run = queuedRun(this.#flow, definition, ref, input, options);
+    const fingerprints = this.#fingerprints(definition.name, run.fingerprinted, run.validatedFingerprinted, options);
+    const { claim, own, rootKey: root, queued, requeued } = await this.#dispatcher.enqueue(definition, ref, run, fingerprints);
+    if (claim.state === 'mismatch') throw mismatchError(ref, claim.existing);
+    return {
+      workflow,
+      scope: ref.scope,
+      key: ref.key,
+      rootKey: own ? root : queuedRootKey(ref, claim),
+      started: own,
+      queued,
+      requeued,
+      result: () => this.#result(ref, fingerprints) as Promise<WorkflowResult<W>>,
+    };
   }
 
   /** Continues a run that failed, or whose process died, from its last finished step. */
@@ -215,20 +332,90 @@ export class Engine {
     if (claim.state === 'vacant') throw new StepkeyError('run_not_found', `Run '${ref.key}' in scope '${ref.scope}' is gone (expired).`);
     if (claim.state === 'owned') {
       const settled = await this.#track(claim.lease, () => this.#resumeOwned(claim.lease));
-      return this.#toAttempt(undefined, settled, false);
+      return toAttempt(this.registry, settled, false);
     }
-    if (claim.state === 'replay') return this.#toAttempt(undefined, settledFromRow({ ...row, ...replayFields(claim.outcome) }), true);
+    if (claim.state === 'replay') {
+      return toAttempt(this.registry, settledFromRow(replayFields(row.name ?? '', claim.outcome, row.version)), true);
+    }
     if (claim.state === 'in_progress') return { state: 'in_progress', retryAfterMs: claim.retryAfterMs };
+    if (claim.state === 'waiting') {
+      this.#dispatcher.afterRequeue(claim);
+      return toAttempt(this.registry, { state: 'waiting', wait: parkedWait(claim.wait) }, !claim.resumed);
+    }
     return { state: 'mismatch', existing: claim.existing };
   }
 
-  /** Cancels a run that is in progress or failed. Returns false if it had already ended. */
-  async cancel(ref: KeyRef, reason = 'cancelled'): Promise<boolean> {
+  /**
+   * Sends an event to a run: kept in the run's mailbox for `topic` (first in,
+   * first out) until a `waitForEvent` of it consumes it, and a run waiting
+   * for it is woken — here at once when this process runs its version,
+   * otherwise by the next sweep. `key` is the sender's idempotency key: the
+   * same key again delivers nothing more; with another payload it is a
+   * mismatch. The payload is checked against the event's schema, declared on
+   * the run's workflow version, before anything is stored.
+   */
+  async send<W extends Workflow, T extends EventName<W>>(
+    ref: RunRef<W>,
+    topic: T,
+    payload: EventInput<W, T>,
+    options: { key: string },
+  ): Promise<Sent> {
     assertValidRef(ref);
-    const stored = toJsonText({ name: 'RunCancelled', message: reason } satisfies StoredError, 'reason');
-    const cancelled = await this.#db('cancelling a run', () => cancelRun(this.sql, this.clock, ref, stored, this.retentionMs));
-    if (cancelled) this.#states.get(idOf(ref))?.stop('lease_lost');
-    return cancelled;
+    const sent = await sendEvent(this.#deps, ref, String(topic), payload, options);
+    if (sent.woke) this.#wake(ref);
+    return { delivered: sent.delivered, seq: sent.seq };
+  }
+
+  /**
+   * Cancels a run that is in progress, waiting or failed — and the child runs
+   * it waits on — as an audited action. Returns false if it had already ended.
+   */
+  async cancel(ref: KeyRef, reason = 'cancelled', by: ActionBy = { actor: 'app', source: 'api' }): Promise<boolean> {
+    assertValidRef(ref);
+    const cancelled = await cancelRunAction(this.sql, this.clock, ref, { reason, retentionMs: this.retentionMs, by });
+    for (const key of cancelled.keys) this.#states.get(idOf({ scope: ref.scope, key }))?.stop('lease_lost');
+    if (cancelled.parentRun) this.#wake({ scope: ref.scope, key: cancelled.parentRun });
+    return cancelled.applied;
+  }
+
+  /**
+   * Resolves a run that needs review — an at-most-once call whose outcome is
+   * unknown: `{ step, output }` records the operator's output (checked against
+   * the step's schema), `{ step, retry: true }` calls again. It changes state
+   * only: the run is made due, and a sweeper continues it (this process at
+   * once, if it runs the run's version).
+   */
+  async resolve(ref: KeyRef, resolution: Resolution): Promise<Resolved> {
+    assertValidRef(ref);
+    const resolved = await this.#db('resolving a run', () => resolveRun(this.sql, this.clock, this.registry, ref, resolution));
+    this.#wake(ref);
+    return resolved;
+  }
+
+  /**
+   * Reruns a run from a step: a new run under `key` (same scope), linked to
+   * the old one, that takes the steps recorded before `from` from the old
+   * run's record and executes the rest here, with the old run's version and
+   * input. Refused when a step it would execute again had a confirmed
+   * outside effect (a completed call, an enqueued message) unless `force`.
+   */
+  async rerun<W extends Workflow>(ref: RunRef<W>, options: RerunOptions): Promise<RunHandle<WorkflowResult<W>, W>> {
+    assertValidRef(ref);
+    const started = await this.#db('rerunning a run', () =>
+      startRerun(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }),
+    );
+    const lease = started.lease;
+    if (lease) this.#track(lease, () => this.#resumeOwned(lease)).catch(() => {});
+    const fingerprints = { fingerprint: started.plan.fingerprint, legacyFingerprint: () => started.plan.fingerprint };
+    const workflow = (ref.workflow ?? this.registry.get(started.plan.workflow, started.plan.version)) as W;
+    return {
+      workflow,
+      scope: started.ref.scope,
+      key: started.ref.key,
+      rootKey: started.rootKey,
+      started: lease !== undefined,
+      result: () => this.#result(started.ref, fingerprints) as Promise<WorkflowResult<W>>,
+    };
   }
 
   /** The run's status, output or error, and each step's status and attempts. */
@@ -237,23 +424,39 @@ export class Engine {
     return this.#db('reading a run', () => readRunInfo(this.sql, ref));
   }
 
-  /** One sweep: takes over runs whose lease expired and resumes them. Returns how many. */
+  /**
+   * One sweep: takes over runs whose lease expired and parked runs that are
+   * due, and resumes them, as many as this process has room for. Returns how
+   * many. A sweep that filled every free slot sweeps again as soon as one
+   * of its runs ends, so a backlog of due runs drains at the pace the
+   * process can execute them, not a batch per interval.
+   */
   async sweep(): Promise<number> {
     if (this.#closing || this.#sweeping) return 0;
     const capacity = this.maxConcurrentRuns - this.#running.size;
     if (capacity <= 0) return 0;
     this.#sweeping = true;
     try {
-      const taken = await this.#db('sweeping expired runs', () =>
-        sweepExpiredRuns(this.sql, this.clock, capacity, this.leaseMs),
+      const taken = await this.#db('sweeping expired and due runs', () =>
+        sweepExpiredRuns(this.sql, this.clock, capacity, this.leaseMs, this.#versions()),
       );
+      this.#backlog = taken.length >= capacity;
+      instrument.sweptRuns(taken.length);
       for (const run of taken) {
         const lease = { scope: run.scope, key: run.key, token: run.token };
-        this.#track(lease, () => this.#resumeOwned(lease)).catch((error: unknown) =>
-          this.#onError(error, `resuming run '${run.key}'`),
+        this.#deps.log.info(
+          { event: run.woken ? 'run.woken' : 'run.takeover', scope: run.scope, run: run.key, executions: run.attempts },
+          run.woken ? `run '${run.key}' is due; continuing it` : `took over run '${run.key}': its lease expired (its process died or stalled)`,
         );
+        this.#track(lease, () => this.#resumeOwned(lease))
+          .catch((error: unknown) => this.#onError(error, `resuming run '${run.key}'`))
+          .finally(() => {
+            // A run taken over may have held a slot: its end gave it back.
+            this.#dispatcher.dispatchAfterEnd();
+            if (this.#backlog && this.#sweeper) void this.sweep().catch((error: unknown) => this.#onError(error, 'sweeping'));
+          });
       }
-      return taken.length;
+      return taken.length + (await this.#dispatcher.sweep(capacity - taken.length));
     } finally {
       this.#sweeping = false;
     }
@@ -308,9 +511,9 @@ export class Engine {
     options: RunOptions,
     fold: boolean,
   ): Promise<
-    | { kind: 'executing'; done: Promise<Settled>; resumed: boolean; fingerprint: string }
-    | { kind: 'settled'; settled: Settled; fingerprint: string }
-    | { kind: 'in_progress'; retryAfterMs: number; fingerprint: string }
+    | { kind: 'executing'; done: Promise<Settled>; resumed: boolean; fingerprints: Fingerprints; rootKey: string | null }
+    | { kind: 'settled'; settled: Settled; fingerprints: Fingerprints; rootKey: string | null }
+    | { kind: 'in_progress'; retryAfterMs: number; fingerprints: Fingerprints; rootKey: string | null }
     | { kind: 'mismatch'; existing: { kind: LedgerKind; name: string | null } }
   > {
     if (this.#closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
@@ -325,8 +528,8 @@ export class Engine {
       );
     }
     const inputText = toJsonText(parsed.data, `input of workflow '${definition.name}'`);
-    const fingerprint =
-      options.fingerprint ?? purposeFingerprint(definition.name, parsed.data, options.exclude ? { exclude: options.exclude } : {});
+    const fingerprints = this.#fingerprints(definition.name, input, parsed.data, options);
+    const root = newRootKey(ref.scope, ref.key);
     const action = `starting workflow '${definition.name}'`;
     const opening = fold ? await this.#db(action, () => Transaction.begin(this.sql)) : undefined;
     let claim;
@@ -334,7 +537,14 @@ export class Engine {
       claim = await claimKey(
         opening?.sql ?? this.sql,
         this.clock,
-        { ...ref, fingerprint, kind: 'run', name: definition.name, run: { version: definition.version, input: inputText } },
+        {
+          ...ref,
+          ...fingerprints,
+          kind: 'run',
+          name: definition.name,
+          run: { version: definition.version, input: inputText, traceContext: activeTraceContext() },
+          rootKey: root,
+        },
         { leaseMs: this.leaseMs },
       );
     } catch (error) {
@@ -342,24 +552,75 @@ export class Engine {
       throw translateDatabaseError(error, action);
     }
     if (claim.state === 'owned' && !claim.resumed) {
+      instrument.runStarted(definition);
       const lease = claim.lease;
-      const done = this.#track(lease, () => this.#execute(lease, definition, parsed.data, new Map(), opening));
-      return { kind: 'executing', done, resumed: false, fingerprint };
+      const done = this.#track(lease, () =>
+        this.#execute(lease, definition, parsed.data, { rootKey: root, finished: new Map(), opening }),
+      );
+      return { kind: 'executing', done, resumed: false, fingerprints, rootKey: root };
     }
     if (claim.state === 'owned') {
       if (opening) await this.#db(action, () => opening.commit());
       const lease = claim.lease;
-      return { kind: 'executing', done: this.#track(lease, () => this.#resumeOwned(lease)), resumed: true, fingerprint };
+      const done = this.#track(lease, () => this.#resumeOwned(lease));
+      return { kind: 'executing', done, resumed: true, fingerprints, rootKey: storedRootKey(ref.scope, ref.key, claim.rootKey) };
     }
-    opening?.abandon();
+    if (claim.state === 'waiting' && claim.resumed) {
+      // A failed run on a queue, resumed by this claim and parked for a slot (src/flow).
+      if (opening) await this.#db(action, () => opening.commit());
+      this.#dispatcher.afterRequeue(claim);
+    } else opening?.abandon();
     switch (claim.state) {
       case 'replay':
-        return { kind: 'settled', settled: settledFromRow(replayFields(claim.outcome)), fingerprint };
+        return {
+          kind: 'settled',
+          settled: settledFromRow(replayFields(definition.name, claim.outcome, claim.version)),
+          fingerprints,
+          rootKey: storedRootKey(ref.scope, ref.key, claim.rootKey),
+        };
       case 'in_progress':
-        return { kind: 'in_progress', retryAfterMs: claim.retryAfterMs, fingerprint };
+        return {
+          kind: 'in_progress',
+          retryAfterMs: claim.retryAfterMs,
+          fingerprints,
+          // Unknown while another call's start of the run has not committed.
+          rootKey: claim.version === undefined ? null : storedRootKey(ref.scope, ref.key, claim.rootKey),
+        };
+      case 'waiting':
+        return {
+          kind: 'settled',
+          settled: { state: 'waiting', wait: parkedWait(claim.wait) },
+          fingerprints,
+          rootKey: storedRootKey(ref.scope, ref.key, claim.rootKey),
+        };
       case 'mismatch':
         return { kind: 'mismatch', existing: claim.existing };
     }
+  }
+
+  /**
+   * The run's fingerprint (v2: the workflow's name and the input as given)
+   * and, lazily, its v1 form over the validated input — or the caller's own.
+   */
+  #fingerprints(name: string, raw: unknown, validated: unknown, options: RunOptions): Fingerprints {
+    if (options.fingerprint !== undefined) {
+      return { fingerprint: options.fingerprint, legacyFingerprint: options.legacyFingerprint ?? (() => options.fingerprint!) };
+    }
+    const exclude = options.exclude ? { exclude: options.exclude } : {};
+    try {
+      return {
+        fingerprint: purposeFingerprint(name, raw, exclude),
+        legacyFingerprint: () => legacyPurposeFingerprint(name, validated, exclude),
+      };
+    } catch (error) {
+      throw new StepkeyError('invalid_input', `The input of workflow '${name}' cannot be fingerprinted: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
+  }
+
+  #versions(): { name: string; version: number }[] {
+    return this.registry.all().map(({ name, version }) => ({ name, version }));
   }
 
   /** Registers an execution so that local callers can wait for it. */
@@ -367,6 +628,8 @@ export class Engine {
     const id = idOf(lease);
     const done = execute().finally(() => {
       if (this.#running.get(id) === done) this.#running.delete(id);
+      // Woken while this execution was still unwinding from its park: wake it now.
+      if (this.#pendingWakes.delete(id)) this.#wake(lease);
     });
     this.#running.set(id, done);
     return done;
@@ -383,6 +646,7 @@ export class Engine {
       const known = this.registry.versions(loaded.workflow);
       return this.#failOwned(
         lease,
+        loaded.parentRun,
         new StepkeyError(
           'version_not_found',
           `Run '${lease.key}' was started by workflow '${loaded.workflow}' version ${loaded.version}, ` +
@@ -391,44 +655,109 @@ export class Engine {
         ),
       );
     }
+    this.#deps.log.info(
+      { event: 'run.resumed', scope: lease.scope, run: lease.key, workflow: loaded.workflow, version: loaded.version, finishedSteps: loaded.steps.size },
+      `resuming run '${lease.key}' (${loaded.workflow} v${loaded.version}) after ${loaded.steps.size} finished steps`,
+    );
     const parsed = definition.input.safeParse(JSON.parse(loaded.input));
     if (!parsed.success) {
       return this.#failOwned(
         lease,
+        loaded.parentRun,
         new StepkeyError('invalid_input', `The stored input of run '${lease.key}' no longer parses: ${summarise(parsed.error)}.`),
       );
     }
-    return this.#execute(lease, definition, parsed.data, loaded.steps);
+    return this.#execute(lease, definition, parsed.data, {
+      rootKey: storedRootKey(lease.scope, lease.key, loaded.rootKey),
+      finished: loaded.steps,
+      attempts: loaded.stepAttempts,
+      wait: loaded.wait,
+      parentRun: loaded.parentRun,
+      trace: loaded.trace,
+    });
   }
 
-  async #failOwned(lease: Lease, error: StepkeyError): Promise<Settled> {
+  /** Executes a child run its parent's step has just claimed (see waits/children.ts). */
+  #executeChild(child: ChildStart): void {
+    if (this.#closing) {
+      // The child is committed with a lease this process will not renew: a sweeper takes it.
+      return;
+    }
+    this.#track(child.lease, () =>
+      this.#execute(child.lease, child.workflow, child.input, {
+        rootKey: child.rootKey,
+        finished: new Map(),
+        parentRun: child.parentRun,
+      }),
+    ).catch((error: unknown) => this.#onError(error, `executing child run '${child.lease.key}'`));
+  }
+
+  /**
+   * A prompt wake: takes the parked run now if it is due and this process
+   * runs its version, and continues it here. Otherwise the next sweep does.
+   */
+  #wake(ref: KeyRef): void {
+    if (this.#closing || this.#running.size >= this.maxConcurrentRuns) return;
+    if (this.#running.has(idOf(ref))) {
+      this.#pendingWakes.add(idOf(ref));
+      return;
+    }
+    void (async () => {
+      const taken = await wakeDueRun(this.sql, this.clock, ref, this.leaseMs, this.registry.all().map(({ name, version }) => ({ name, version })));
+      if (!taken) return;
+      const lease = { scope: taken.scope, key: taken.key, token: taken.token };
+      await this.#track(lease, () => this.#resumeOwned(lease));
+    })().catch((error: unknown) => this.#onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`));
+  }
+
+  /** A duplicate found the run parked and due (its sweeper has not come yet): wake it here. */
+  #wakeIfDue(ref: KeyRef, wait: RunWaitView): void {
+    if (wait.until && wait.until.getTime() <= Date.now() + this.clock.offsetMs) this.#wake(ref);
+  }
+
+  /** Fails a run this process took but cannot execute; a child's parent waiting on it is woken, as by any child's end. */
+  async #failOwned(lease: Lease, parentRun: string | null, error: StepkeyError): Promise<Settled> {
     const stored = serializeError(error);
-    await this.#db('failing a run', () =>
-      failStatement(this.sql, this.clock, lease, toJsonText(stored, 'error'), this.retentionMs),
-    );
+    await this.#db('failing a run', async () => {
+      const failing = await Transaction.begin(this.sql, { acquireTimeoutMs: this.leaseMs });
+      await failing.commit(
+        failStatement(failing.sql, this.clock, lease, toJsonText(stored, 'error'), this.retentionMs),
+        ...wakeParentStatements(failing.sql, this.clock, lease, parentRun),
+      );
+    });
+    if (parentRun) this.#wake({ scope: lease.scope, key: parentRun });
     return { state: 'failed', error: stored };
   }
 
-  async #execute(
-    lease: Lease,
-    workflow: Workflow,
-    input: unknown,
-    finished: Map<string, FinishedStep>,
-    opening?: Transaction,
-  ): Promise<Settled> {
+  async #execute(lease: Lease, workflow: Workflow, input: unknown, options: RunStateOptions): Promise<Settled> {
     const id = idOf(lease);
-    const root = rootKey(lease.scope, lease.key);
-    let state = new RunState(this.#deps, lease, root, finished, opening);
+    const root = options.rootKey;
+    let state = new RunState(this.#deps, lease, options);
     try {
       this.#states.set(id, state);
       let settled = await executeRun(state, workflow, input, this.#extensions);
-      // Another holder committed a step first: start again from what the ledger holds.
+      // Another holder committed a step first, or a commit's connection went: start again from
+      // what the ledger holds.
       for (let restart = 0; settled.state === 'stopped' && settled.reason === 'conflict' && restart < 3; restart += 1) {
-        const loaded = await this.#db('reloading a run', () => loadRun(this.sql, lease));
-        state = new RunState(this.#deps, lease, root, loaded?.steps ?? new Map());
+        const loaded = await this.#reload(lease);
+        // No row: the run's start rode in the transaction whose connection went. Nothing of it
+        // exists, and the caller's retry starts it afresh.
+        if (loaded === 'unavailable' || loaded === undefined) {
+          settled = { state: 'stopped', reason: loaded ? 'unavailable' : 'start_lost' };
+          break;
+        }
+        state = new RunState(this.#deps, lease, {
+          rootKey: root,
+          finished: loaded.steps,
+          attempts: loaded.stepAttempts,
+          wait: loaded.wait,
+          parentRun: loaded.parentRun,
+          trace: loaded.trace,
+        });
         this.#states.set(id, state);
         settled = await executeRun(state, workflow, input, this.#extensions);
       }
+      instrument.runEnded(workflow, settled.state);
       if (settled.state === 'stopped') return await this.#afterStop(lease, settled.reason);
       return settled;
     } finally {
@@ -436,8 +765,27 @@ export class Engine {
     }
   }
 
-  async #afterStop(lease: Lease, reason: 'lease_lost' | 'shutting_down' | 'conflict'): Promise<Settled> {
-    if (reason === 'shutting_down' || reason === 'conflict') {
+  /**
+   * Loads a run again after its execution stopped on a conflict. A database
+   * that is down is waited for, for up to a lease; past it the run is left
+   * to whichever sweeper runs once it is back.
+   */
+  async #reload(lease: Lease): Promise<Awaited<ReturnType<typeof loadRun>> | 'unavailable'> {
+    const deadline = Date.now() + this.leaseMs;
+    for (let delay = 100; ; delay = Math.min(delay * 2, 1_000)) {
+      try {
+        return await this.#db('reloading a run', () => loadRun(this.sql, lease));
+      } catch (error) {
+        if (!isUnavailable(error)) throw error;
+        if (Date.now() + delay > deadline || this.#closing) return 'unavailable';
+        await new Promise((resolve) => setTimeout(resolve, delay));
+      }
+    }
+  }
+
+  async #afterStop(lease: Lease, reason: StopReason): Promise<Settled> {
+    if (reason === 'start_lost') return { state: 'stopped', reason };
+    if (reason === 'shutting_down' || reason === 'conflict' || reason === 'unavailable') {
       await expireRunLease(this.sql, this.clock, lease).catch((error: unknown) =>
         this.#onError(error, `releasing the lease of run '${lease.key}'`),
       );
@@ -449,15 +797,31 @@ export class Engine {
   }
 
   async #beat(): Promise<void> {
-    // A run whose start has not committed yet has no row to extend.
-    const states = [...this.#states.values()].filter((state) => !state.startPending);
+    // A run whose start has not committed yet has no row to extend. An execution that made no
+    // progress for a lease (waiting on a connection that never comes, say) is let go: its lease
+    // runs out and another process takes the run over.
+    const now = Date.now();
+    const states: RunState[] = [];
+    for (const state of this.#states.values()) {
+      if (state.startPending) continue;
+      if (state.stalled(now)) state.stop('lease_lost');
+      else states.push(state);
+    }
     if (states.length === 0) return;
+    const sentAt = Date.now();
     try {
       const held = await heartbeatRuns(this.sql, this.clock, states.map((state) => state.lease), this.leaseMs);
       const alive = new Set(held.map(idOf));
-      for (const state of states) if (!alive.has(idOf(state.lease))) state.stop('lease_lost');
+      for (const state of states) {
+        if (!alive.has(idOf(state.lease))) state.stop('lease_lost');
+        else state.heldUntil = sentAt + this.leaseMs;
+      }
     } catch (error) {
       this.#onError(translateDatabaseError(error, 'extending run leases'), 'heartbeat');
+      // A lease that cannot be renewed runs out: an execution whose lease would end before the next
+      // beat stops now — its calls aborted — so that no call of it is still in flight once another
+      // process may take the run over (and reconcile what it did).
+      for (const state of states) if (Date.now() + this.#heartbeatMs + this.leaseMs / 10 >= state.heldUntil) state.stop('lease_lost');
     }
   }
 
@@ -465,7 +829,7 @@ export class Engine {
    * Waits until a run settles: here, or elsewhere. A run whose process died
    * (its lease ran out) is taken over and resumed by the waiter itself.
    */
-  async #waitFor(ref: KeyRef, fingerprint: string): Promise<Settled> {
+  async #waitFor(ref: KeyRef, fingerprints: Fingerprints): Promise<Settled> {
     for (let delay = 50; ; delay = Math.min(delay * 2, 1_000)) {
       const local = this.#running.get(idOf(ref));
       if (local) {
@@ -475,7 +839,16 @@ export class Engine {
       }
       const row = await this.#db('reading a run', () => readRow(this.sql, ref));
       if (!row) throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'.`);
-      if (row.fingerprint !== fingerprint) throw mismatchError(ref, { kind: row.kind, name: row.name });
+      if (row.fingerprint !== fingerprints.fingerprint && row.fingerprint !== fingerprints.legacyFingerprint()) {
+        throw mismatchError(ref, { kind: row.kind, name: row.name });
+      }
+      if (row.status === 'waiting') {
+        // Parked: it holds no lease to take over; it continues when due, here if this process runs
+        // its version, or wherever a sweeper runs.
+        if (row.wakeAt !== null && row.wakeAt <= Date.now() + this.clock.offsetMs) this.#wake(ref);
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        continue;
+      }
       if (row.status !== 'in_progress') return settledFromRow(row);
       const leaseLeftMs = (row.lockedUntil ?? 0) - (Date.now() + this.clock.offsetMs);
       if (leaseLeftMs <= 0 && !this.#closing) {
@@ -488,40 +861,8 @@ export class Engine {
     }
   }
 
-  async #result(workflow: Workflow, ref: KeyRef, fingerprint: string): Promise<unknown> {
-    return this.#unwrap(workflow, ref, await this.#waitFor(ref, fingerprint));
-  }
-
-  #toAttempt<R>(workflow: Workflow | undefined, settled: Settled, replayed: boolean): RunAttempt<R> {
-    switch (settled.state) {
-      case 'completed':
-        return { state: 'completed', output: decodeResult(workflow, settled.body) as R, replayed };
-      case 'errored':
-        return { state: 'errored', error: settled.error, replayed };
-      case 'cancelled':
-        return { state: 'cancelled', reason: settled.reason };
-      case 'failed':
-        throw runFailed(settled.error);
-      case 'stopped':
-        throw stoppedError(settled.reason);
-    }
-  }
-
-  #unwrap(workflow: Workflow, ref: KeyRef, settled: Settled): unknown {
-    switch (settled.state) {
-      case 'completed':
-        return decodeResult(workflow, settled.body);
-      case 'errored':
-        throw new StepkeyError('run_failed', settled.error.message, { details: { error: settled.error, ...ref } });
-      case 'cancelled':
-        throw new StepkeyError('run_cancelled', `Run '${ref.key}' was cancelled: ${settled.reason.message}`, {
-          details: { reason: settled.reason },
-        });
-      case 'failed':
-        throw runFailed(settled.error);
-      case 'stopped':
-        throw stoppedError(settled.reason);
-    }
+  async #result(ref: KeyRef, fingerprints: Fingerprints): Promise<unknown> {
+    return unwrap(this.registry, ref, await this.#waitFor(ref, fingerprints));
   }
 
   async #db<T>(action: string, work: () => Promise<T>): Promise<T> {
@@ -545,47 +886,15 @@ function positive(name: string, value: number | undefined, fallback: number): nu
   return value;
 }
 
+/** The root of a run an enqueue found already there (null while another call's claim of it is uncommitted). */
+function queuedRootKey(ref: KeyRef, claim: Exclude<ClaimResult, { state: 'mismatch' }>): string | null {
+  if (claim.state === 'owned') return storedRootKey(ref.scope, ref.key, claim.rootKey);
+  if (claim.state === 'in_progress' && claim.version === undefined) return null;
+  return storedRootKey(ref.scope, ref.key, claim.rootKey);
+}
+
 function assertValidRef(ref: KeyRef): void {
   if (!ref || typeof ref !== 'object') throw new StepkeyError('invalid_key', 'A run needs { scope, key }.');
   assertValidScope(ref.scope);
   assertValidKey(ref.key);
-}
-
-function decodeResult(workflow: Workflow | undefined, body: string): unknown {
-  return decodeValue(body, workflow?.output, `The result of workflow '${workflow?.name ?? 'run'}'`);
-}
-
-function replayFields(outcome: { status: 'completed' | 'cancelled'; ok: boolean; body: string }) {
-  return { status: outcome.status, outcomeOk: outcome.ok, outcome: outcome.body, lastError: null };
-}
-
-function settledFromRow(row: Pick<LedgerRow, 'status' | 'outcomeOk' | 'outcome' | 'lastError'>): Settled {
-  if (row.status === 'cancelled') return { state: 'cancelled', reason: JSON.parse(row.outcome ?? '{}') };
-  if (row.status === 'failed') return { state: 'failed', error: JSON.parse(row.lastError ?? '{}') };
-  if (row.status === 'in_progress') return { state: 'stopped', reason: 'lease_lost' };
-  return row.outcomeOk
-    ? { state: 'completed', body: row.outcome ?? '' }
-    : { state: 'errored', error: JSON.parse(row.outcome ?? '{}') };
-}
-
-function mismatchError(ref: KeyRef, existing: { kind: LedgerKind; name: string | null }): StepkeyError {
-  return new StepkeyError(
-    'mismatch',
-    `Key '${ref.key}' in scope '${ref.scope}' was first used for ${existing.kind} '${existing.name ?? '?'}' ` +
-      'with another input; a key names one operation and cannot be reused with a different payload.',
-    { details: { existing } },
-  );
-}
-
-function runFailed(error: StoredError): StepkeyError {
-  return new StepkeyError('run_failed', `${error.message} (the run is resumable: retry with the same key)`, {
-    retryable: true,
-    details: { error, resumable: true },
-  });
-}
-
-function stoppedError(reason: string): StepkeyError {
-  return reason === 'shutting_down'
-    ? new StepkeyError('shutting_down', 'This process is shutting down; the run continues elsewhere.')
-    : new StepkeyError('lease_lost', 'Another process took this run over; it continues there.');
 }

@@ -5,13 +5,17 @@
  *            recorded as the step's outcome and the run's, replayed to every
  *            later caller.
  *   bug      a definition or serialisation mistake (an output that fails its
- *            schema, a value that is not JSON, a step used twice): the run
- *            fails at once but stays resumable, so a fixed deploy can go on.
+ *            schema, a value that is not JSON, a step used twice), or a
+ *            database error that retrying cannot fix (an undefined table or
+ *            column, a syntax error: see permanentSqlStateClasses): the run
+ *            fails at once but stays resumable, so a fixed deploy or schema
+ *            can go on.
  *   retry    anything else: retried by the step's policy; when the attempts
  *            run out, the run fails, resumable by the next call with its key.
  */
-import { NonRetryableError, isNonRetryable, type StoredError } from '../ledger/outcome.js';
-import { StepkeyError, type StepkeyErrorCode } from '../errors/stepkey-error.js';
+import { NonRetryableError, isNonRetryable, storedForm, type StoredError } from '../ledger/outcome.js';
+import { StepkeyError, isStepkeyError, type StepkeyErrorCode } from '../errors/stepkey-error.js';
+import { isConnectionError, isPermanentDatabaseError } from '../errors/pg-errors.js';
 
 const bugCodes = new Set<StepkeyErrorCode>([
   'definition_error',
@@ -29,11 +33,29 @@ export type ErrorClass = 'stored' | 'bug' | 'retry';
 export function classifyError(error: unknown): ErrorClass {
   if (error instanceof StepkeyError && bugCodes.has(error.code)) return 'bug';
   if (isNonRetryable(error)) return 'stored';
+  if (isPermanentDatabaseError(error)) return 'bug';
   return 'retry';
 }
 
-/** Why this process stopped executing a run. */
-export type StopReason = 'lease_lost' | 'shutting_down' | 'conflict';
+/**
+ * Why this process stopped executing a run: its lease was taken over,
+ * cancelled or not renewed (no progress for a lease); it is shutting down;
+ * another holder committed a step first; the database stayed unavailable for
+ * longer than a step's retries; or the run's start, carried by a transaction
+ * whose connection went, never committed (nothing of the run exists); or
+ * the run parked: it waits, holding no process, until it is due.
+ */
+export type StopReason = 'lease_lost' | 'shutting_down' | 'conflict' | 'unavailable' | 'start_lost' | 'parked';
+
+/**
+ * A failure of the database rather than of the step: no connection (refused,
+ * closed, terminated, too many clients, none free in time). A step retries
+ * it; when its retries run out, the run is left for a sweeper, not failed.
+ */
+export function isUnavailable(error: unknown): boolean {
+  const cause = error instanceof StepAttemptsExhausted ? error.cause : error;
+  return isStepkeyError(cause, 'database_unavailable') || (!(cause instanceof StepkeyError) && isConnectionError(cause));
+}
 
 /**
  * Thrown into workflow code at the next step boundary once the run must stop
@@ -53,6 +75,8 @@ export function storedErrorToError(stored: StoredError): NonRetryableError {
     ...(stored.data === undefined ? {} : { data: stored.data }),
   });
   error.name = stored.name;
+  // Stored again as it was (the run's outcome is its failed step's): cause chain and database details kept.
+  Object.defineProperty(error, storedForm, { value: stored });
   return error;
 }
 

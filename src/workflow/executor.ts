@@ -5,31 +5,49 @@
  *   completed   the output, stored in the run's row (one commit, fenced)
  *   errored     a deterministic error escaped the workflow: stored, final
  *   failed      anything else (retries used up, a bug): resumable, not stored
- *   stopped     this process must let go: lease lost, shutting down, or a
- *               conflict with another holder's commit
+ *   stopped     this process must let go: lease lost, shutting down, a
+ *               conflict with another holder's commit, or the database
+ *               unavailable for longer than a step's retries (the run stays
+ *               in progress, its lease ends, and any sweeper continues it)
  */
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { assertValidKey } from '../keys/validate.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
-import { completeStatement, failStatement } from '../ledger/sql/finish.js';
+import { failStatement } from '../ledger/sql/finish.js';
 import type { Workflow } from './define.js';
-import { RunStopped, StepAttemptsExhausted, classifyError, type StopReason } from './errors.js';
+import { RunStopped, StepAttemptsExhausted, classifyError, isUnavailable, type StopReason } from './errors.js';
 import type { RunContext } from './handles.js';
 import type { RunState } from './run-state.js';
 import { commitWaiting } from './commit.js';
-import { runCallStep, runTxStep } from './steps.js';
+import { runTxStep } from './steps.js';
+import { runCallStep } from './effects/call-step.js';
 import { encodeChecked } from './values.js';
+import type { Queryable } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
+import { Transaction } from '../db/transaction.js';
+import { lockParentStatement, wakeParentStatement } from './waits/sql/child-runs.js';
+import { waitView, type RunWaitView } from './waits/wait.js';
+import { inSpan } from '../telemetry/tracing.js';
+import { runEnding, runSpan } from '../telemetry/spans.js';
 
 export type Settled =
-  | { state: 'completed'; body: string }
+  /** The stored result, with the workflow version whose output schema reads it. */
+  | { state: 'completed'; body: string; workflow: string; version: number | null }
   | { state: 'errored'; error: StoredError }
   | { state: 'failed'; error: StoredError }
   | { state: 'cancelled'; reason: StoredError }
+  /** The run parked (its wait committed); it continues when due, in any process. */
+  | { state: 'waiting'; wait: RunWaitView }
   | { state: 'stopped'; reason: StopReason };
 
-/** Extra step kinds (the outbox's `enqueue`) plug in here. */
-export type StepHandleExtension = (state: RunState, declaration: Workflow['steps'][string]) => Record<string, unknown>;
+/** Extra step kinds (the outbox's `enqueue`, the waits) plug in here. */
+export type StepHandleExtension = (
+  state: RunState,
+  declaration: Workflow['steps'][string],
+  workflow: Workflow,
+) => Record<string, unknown>;
 
 export async function executeRun(
   state: RunState,
@@ -37,13 +55,19 @@ export async function executeRun(
   input: unknown,
   extensions: readonly StepHandleExtension[] = [],
 ): Promise<Settled> {
-  try {
-    return await execute(state, workflow, input, extensions);
-  } finally {
-    // Anything still uncommitted here belongs to an execution that failed unexpectedly.
-    await state.takeDeferred()?.transaction.rollback();
-    await state.takeOpening()?.rollback();
-  }
+  const { scope, key } = state.lease;
+  const span = () =>
+    runSpan({ scope, key, workflow: workflow.name, version: workflow.version, attempt: state.trace?.attempt ?? 1, continues: state.trace?.context });
+  state.input = input;
+  return inSpan<Settled>(span, async () => {
+    try {
+      return await execute(state, workflow, input, extensions);
+    } finally {
+      // Anything still uncommitted here belongs to an execution that failed unexpectedly.
+      await state.takeDeferred()?.transaction.rollback();
+      await state.takeOpening()?.rollback();
+    }
+  }, runEnding);
 }
 
 async function execute(
@@ -65,10 +89,16 @@ async function execute(
     state.ended = true;
     // A halted execution fails with the error that halted it, whatever the workflow code threw after.
     const error = state.halted ? state.halted.error : caught;
+    if (state.parked) return { state: 'waiting', wait: waitView(state.parked) };
     if (state.stopReason || (!state.halted && error instanceof RunStopped)) {
       // What is done is kept (the start, the last step), so another process goes on from there.
       await commitWaiting(state).catch(() => undefined);
       return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
+    }
+    if (!state.halted && isUnavailable(error)) {
+      // An outage is not the step's fault: whatever sweeper runs once the database is back goes on.
+      state.stop('unavailable');
+      return { state: 'stopped', reason: 'unavailable' };
     }
     if (state.halted || classifyError(error) !== 'stored') return fail(state, error);
     outcome = { ok: false, body: toJsonText(serializeError(error), 'error') };
@@ -76,16 +106,21 @@ async function execute(
 
   faultPoint('engine.before-complete', workflow.name);
   try {
-    // One commit: the completion, with the last step and anything else still waiting.
+    // One commit: the completion, with the last step and anything else still waiting — and, for a
+    // child run, its parent marked due.
     await commitWaiting(state, {
-      statements: (q) => [completeStatement(q, state.deps.clock, state.lease, outcome, state.deps.retentionMs)],
+      complete: { outcome, retentionMs: state.deps.retentionMs },
+      statements: (q) => wakeParent(state, q),
     });
   } catch (error) {
     if (error instanceof RunStopped) return { state: 'stopped', reason: error.reason };
     if (state.halted) return fail(state, state.halted.error);
     throw translateDatabaseError(error, `completing ${what}`);
   }
-  return outcome.ok ? { state: 'completed', body: outcome.body } : { state: 'errored', error: JSON.parse(outcome.body) };
+  wakeParentHere(state);
+  return outcome.ok
+    ? { state: 'completed', body: outcome.body, workflow: workflow.name, version: workflow.version }
+    : { state: 'errored', error: JSON.parse(outcome.body) };
 }
 
 /** Marks the run failed but resumable, keeping the error (and the step) for diagnosis. */
@@ -97,18 +132,37 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
   if (error instanceof StepAttemptsExhausted) stored.message = error.message;
   try {
     await commitWaiting(state).catch(() => {});
-    const rows = await failStatement(
-      state.deps.sql,
-      state.deps.clock,
-      state.lease,
-      toJsonText(stored, 'error'),
-      state.deps.retentionMs,
+    const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
+    const [rows] = await failing.commit(
+      failStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), state.deps.retentionMs),
+      ...wakeParent(state, failing.sql),
     );
     if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };
   } catch (failure) {
     throw translateDatabaseError(failure, 'recording a failed run');
   }
+  wakeParentHere(state);
   return { state: 'failed', error: stored };
+}
+
+/**
+ * A child run's end marks its parent due, if the parent is parked on it: the
+ * parent's row locked first, then the conditional wake (see
+ * waits/sql/child-runs.ts).
+ */
+function wakeParent(state: RunState, q: Queryable) {
+  return wakeParentStatements(q, state.deps.clock, state.lease, state.parentRun);
+}
+
+/** The statements that mark a child run's parent due, for a transaction that ends the child. */
+export function wakeParentStatements(q: Queryable, clock: Clock, child: KeyRef, parentRun: string | null) {
+  if (!parentRun) return [];
+  return [lockParentStatement(q, child.scope, parentRun), wakeParentStatement(q, clock, child.scope, parentRun, child.key)];
+}
+
+/** After the commit: a parent now due continues here at once if this process runs its version. */
+function wakeParentHere(state: RunState): void {
+  if (state.parentRun) state.deps.hooks.wake({ scope: state.lease.scope, key: state.parentRun });
 }
 
 function handles(state: RunState, workflow: Workflow, extensions: readonly StepHandleExtension[]) {
@@ -118,7 +172,7 @@ function handles(state: RunState, workflow: Workflow, extensions: readonly StepH
       tx: (fn: Parameters<typeof runTxStep>[1], use?: { id?: string }) => runTxStep({ state, declaration, use }, fn),
       call: (fn: Parameters<typeof runCallStep>[1], use?: { id?: string }) => runCallStep({ state, declaration, use }, fn),
     };
-    result[property] = Object.freeze(Object.assign(base, ...extensions.map((extend) => extend(state, declaration))));
+    result[property] = Object.freeze(Object.assign(base, ...extensions.map((extend) => extend(state, declaration, workflow))));
   }
   return Object.freeze(result) as never;
 }
@@ -135,6 +189,7 @@ function context(state: RunState, workflow: Workflow): RunContext {
     const done = state.finished.get(instance);
     if (done) return JSON.parse(done.body) as string;
     state.throwIfStopped();
+    state.reach(instance);
     const value = make();
     const row = { key, name: instance, ok: true, body: JSON.stringify(value), attempts: 1 };
     state.pending.push(row);

@@ -3,20 +3,46 @@ import type { Queryable } from '../db/connect.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { StoredError } from '../ledger/outcome.js';
 import { readChildren, readRow, type LedgerRow } from '../ledger/sql/read.js';
+import { storedRootKey } from '../keys/derive.js';
+import { waitView, type RunWaitView } from './waits/wait.js';
+import { childKey } from '../keys/derive.js';
+import type { AttemptRecord } from './effects/attempts.js';
+import { attemptInfo, effectSummary, type AttemptInfo, type EffectSummary } from './effects/attempt-view.js';
+import { readAttempts } from './effects/sql/read-attempts.js';
+import { queuePlace, type QueuePlace } from '../read/sql/queue-places.js';
 
-export type RunStatus = 'running' | 'completed' | 'failed' | 'cancelled';
+/**
+ * A run's status, named apart for each kind of end:
+ *
+ *   running        in progress somewhere (a process holds its lease)
+ *   waiting        parked on a timer, an event, a child: it holds nothing
+ *   needs_review   stopped at an at-most-once call whose outcome is unknown,
+ *                  until an operator resolves it (never expires)
+ *   completed      its output is stored and replayed
+ *   errored        a deterministic error ended it: stored, final, replayed
+ *   failed         its retries ran out (or a bug, or a database error that
+ *                  retrying cannot fix): not stored, resumable
+ *   cancelled      cancelled; the reason is stored
+ */
+export type RunStatus = 'running' | 'waiting' | 'needs_review' | 'completed' | 'errored' | 'failed' | 'cancelled';
 
 export interface StepInfo {
   /** The step's instance name: `name`, `name[id]`, `$now[label]`, `$uuid[label]`. */
   name: string;
   /** Its derived key. */
   key: string;
+  /** Whether its record has committed (a call still in flight, or interrupted, has attempts but no record). */
+  finished: boolean;
   ok: boolean;
   attempts: number;
   /** The stored output (JSON text, '' for none) or error. */
   output?: string;
   error?: StoredError;
   completedAt: Date | null;
+  /** Every recorded attempt of a call or an enqueue, oldest first. */
+  history: AttemptInfo[];
+  /** A call's or an enqueue's attempts summed up: how many may have reached the callee. */
+  effect?: EffectSummary;
 }
 
 export interface RunInfo {
@@ -24,13 +50,29 @@ export interface RunInfo {
   key: string;
   workflow: string;
   version: number | null;
+  /** What its step keys derive from: `childKey(rootKey, stepName)` is a step's key. */
+  rootKey: string;
   /**
-   * running: in progress somewhere; completed: output stored; failed: an error
-   * ended it (`resumable` says whether the next call with its key goes on);
-   * cancelled.
+   * running: in progress somewhere; waiting: parked (see `wait`), holding no
+   * process; completed: output stored; failed: an error ended it
+   * (`resumable` says whether the next call with its key goes on); cancelled.
    */
   status: RunStatus;
   resumable: boolean;
+  /** What a waiting run waits for, and until when. */
+  wait?: RunWaitView;
+  /**
+   * A run on a queue (engine.enqueue): its queue, partition and priority,
+   * whether it holds a slot, and — waiting for one — its position in its
+   * partition's line (1: next), in dispatch's order. Absent once it has ended.
+   */
+  queue?: QueuePlace;
+  /** A child run's parent (its key, in the same scope). */
+  parentRun: string | null;
+  /** A rerun: the run it reran (its key, same scope) and the step it executed again from. */
+  rerunOf: { key: string; from: string } | null;
+  /** Reruns of this run (their keys, same scope). */
+  reruns: string[];
   /** The stored result (JSON text) of a completed run. */
   output?: string;
   error?: StoredError;
@@ -45,28 +87,49 @@ export interface RunInfo {
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms));
 
-export function runStatusOf(row: Pick<LedgerRow, 'status' | 'outcomeOk'>): { status: RunStatus; resumable: boolean } {
+export function runStatusOf(row: Pick<LedgerRow, 'status' | 'outcomeOk' | 'waitKind'>): { status: RunStatus; resumable: boolean } {
   switch (row.status) {
     case 'in_progress':
       return { status: 'running', resumable: true };
+    case 'waiting':
+      return row.waitKind === 'review' ? { status: 'needs_review', resumable: false } : { status: 'waiting', resumable: true };
     case 'failed':
       return { status: 'failed', resumable: true };
     case 'cancelled':
       return { status: 'cancelled', resumable: false };
     default:
-      return row.outcomeOk ? { status: 'completed', resumable: false } : { status: 'failed', resumable: false };
+      return row.outcomeOk ? { status: 'completed', resumable: false } : { status: 'errored', resumable: false };
   }
 }
 
 export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | undefined> {
-  const [row, children] = await Promise.all([readRow(q, ref), readChildren(q, ref)]);
+  const [row, children, attempts, reruns, place] = await Promise.all([
+    readRow(q, ref),
+    readChildren(q, ref),
+    readAttempts(q, ref),
+    q<{ key: string }[]>`select key from stepkey.ledger where scope = ${ref.scope} and rerun_of = ${ref.key} order by created_at`,
+    queuePlace(q, ref),
+  ]);
   if (!row || row.kind !== 'run') return undefined;
+  const byStep = new Map<string, AttemptRecord[]>();
+  for (const record of attempts) byStep.set(record.step, [...(byStep.get(record.step) ?? []), record]);
+  const effectOf = (name: string) => {
+    const records = byStep.get(name) ?? [];
+    const effect = effectSummary(records);
+    return { history: records.map(attemptInfo), ...(effect ? { effect } : {}) };
+  };
+  const root = storedRootKey(row.scope, row.key, row.rootKey);
+  const recorded = new Set(children.map((child) => child.name ?? ''));
   const { status, resumable } = runStatusOf(row);
   const info: RunInfo = {
     scope: row.scope,
     key: row.key,
     workflow: row.name ?? '',
     version: row.version,
+    rootKey: root,
+    parentRun: row.parentRun,
+    rerunOf: row.rerunOf ? { key: row.rerunOf, from: row.rerunFrom ?? '' } : null,
+    reruns: reruns.map((rerun) => rerun.key),
     status,
     resumable,
     attempts: row.attempts,
@@ -74,15 +137,35 @@ export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | 
     createdAt: new Date(row.createdAt),
     updatedAt: new Date(row.updatedAt),
     completedAt: date(row.completedAt),
-    steps: children.map((child) => ({
-      name: child.name ?? '',
-      key: child.key,
-      ok: child.outcomeOk ?? false,
-      attempts: child.attempts,
-      ...(child.outcomeOk ? { output: child.outcome ?? '' } : { error: JSON.parse(child.outcome ?? '{}') }),
-      completedAt: date(child.completedAt),
-    })),
+    steps: [
+      ...children.map((child) => ({
+        name: child.name ?? '',
+        key: child.key,
+        finished: true,
+        ok: child.outcomeOk ?? false,
+        attempts: child.attempts,
+        ...(child.outcomeOk ? { output: child.outcome ?? '' } : { error: JSON.parse(child.outcome ?? '{}') }),
+        completedAt: date(child.completedAt),
+        ...effectOf(child.name ?? ''),
+      })),
+      // Steps with attempts and no record yet: in flight, interrupted, or waiting for review.
+      ...[...byStep.keys()]
+        .filter((name) => !recorded.has(name))
+        .map((name) => ({
+          name,
+          key: childKey(root, name),
+          finished: false,
+          ok: false,
+          attempts: byStep.get(name)!.length,
+          completedAt: null,
+          ...effectOf(name),
+        })),
+    ],
   };
+  if (row.status === 'waiting' && row.waitKind && row.waitStep) {
+    info.wait = waitView({ kind: row.waitKind, step: row.waitStep, for: row.waitFor, wakeAtMs: row.wakeAt });
+  }
+  if (place) info.queue = place;
   if (row.outcomeOk && row.status === 'completed') info.output = row.outcome ?? '';
   else if (row.outcome) info.error = JSON.parse(row.outcome);
   else if (row.lastError) info.error = JSON.parse(row.lastError);

@@ -10,14 +10,56 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { childKey } from '../keys/derive.js';
 import type { Lease } from '../ledger/types.js';
 import { RunStopped, type StopReason } from './errors.js';
-import type { FinishedStep } from './sql/load-run.js';
+import type { FinishedStep, RunTrace } from './sql/load-run.js';
 import type { StepRow } from './sql/step-rows.js';
+import type { KeyRef } from '../ledger/types.js';
+import type { Workflow } from './define.js';
+import type { WorkflowRegistry } from './registry.js';
+import type { RunWait } from './waits/wait.js';
+import type { AttemptRecord, AttemptWrite } from './effects/attempts.js';
+import type { Logger } from '../log/logger.js';
+import type { LimitRegistry } from '../flow/limit-registry.js';
 
 export interface RunDeps {
   sql: Sql;
   clock: Clock;
   retentionMs: number;
   leaseMs: number;
+  hooks: EngineHooks;
+  /** Where takeovers, resumes, retries and unknown outcomes are logged. */
+  log: Logger;
+  /** The step limits the engine registers (src/flow). */
+  limits?: LimitRegistry;
+}
+
+/** What steps need of the engine that runs them: the workflows it knows, and runs it starts or wakes. */
+export interface EngineHooks {
+  readonly registry: WorkflowRegistry;
+  /** Executes, in the background, a child run this process has just claimed and committed. */
+  executeChild(child: ChildStart): void;
+  /** Continues a parked run that is due, in this process, if it runs the run's workflow version. */
+  wake(ref: KeyRef): void;
+}
+
+/** A child run claimed by its parent's step, to execute under `lease`. */
+export interface ChildStart {
+  lease: Lease;
+  workflow: Workflow;
+  input: unknown;
+  rootKey: string;
+  parentRun: string;
+}
+
+export interface RunStateOptions {
+  rootKey: string;
+  finished: Map<string, FinishedStep>;
+  opening?: Transaction | undefined;
+  wait?: RunWait | undefined;
+  parentRun?: string | null;
+  /** Recorded attempts of its outside calls, by step instance name (loaded with the run). */
+  attempts?: Map<string, AttemptRecord[]>;
+  /** A loaded run's trace, which this execution's span continues; absent for a new run (its span's parent is the active one). */
+  trace?: RunTrace;
 }
 
 export class RunState {
@@ -26,8 +68,26 @@ export class RunState {
   readonly rootKey: string;
   /** Finished steps by instance name: loaded on resume, added as steps commit. */
   readonly finished: Map<string, FinishedStep>;
+  /** The wait this run was parked in when it was loaded (its waiting step reads it). */
+  readonly wait: RunWait | undefined;
+  /** A child run's parent, which its end wakes. */
+  readonly parentRun: string | null;
+  /** The loaded run's trace (see RunStateOptions.trace). */
+  readonly trace: RunTrace | undefined;
+  /** The wait this execution parked the run in. */
+  #parked: RunWait | undefined;
   /** Records (ctx.now, ctx.uuid) that go out with the next commit. */
   pending: StepRow[] = [];
+  /**
+   * The effect record of this run's outside calls, by step instance name:
+   * loaded with the run, and kept up to date as this execution writes it.
+   */
+  readonly attempts: Map<string, AttemptRecord[]>;
+  /** Attempt writes (ends, resolutions) that go out with the next commit. */
+  pendingAttempts: AttemptWrite[] = [];
+  /** Each step's place in the run's record, in the order the run reached them. */
+  readonly #seqs = new Map<string, number>();
+  #nextSeq: number;
   /**
    * The open transaction that holds the run's uncommitted start (its claim),
    * when the start is folded into the first step: that step's commit is the
@@ -42,6 +102,10 @@ export class RunState {
    * right after it commits its completion in the same transaction.
    */
   deferred: { transaction: Transaction; rows: StepRow[]; label: string } | undefined;
+  /** The run's input (a step limit's partitionBy reads it); set when the execution begins. */
+  input: unknown;
+  /** The step holding a limit slot, given back in the commit that records it (src/flow/limit-release.ts). */
+  limitHold: { step: string } | undefined;
   readonly #used = new Set<string>();
   readonly #controller = new AbortController();
   #stopReason: StopReason | undefined;
@@ -52,20 +116,96 @@ export class RunState {
   ended = false;
   /** When the run's folded start was claimed (its lease was computed then). */
   readonly claimedAt = Date.now();
+  /** Until when (epoch ms) this execution counts as making progress; the heartbeat renews its lease only until then. */
+  #aliveUntil: number;
+  /** Until when (epoch ms, this process's clock, on the safe side) its lease is known to be held: the last renewal sent plus a lease. */
+  heldUntil: number;
 
-  constructor(
-    deps: RunDeps,
-    lease: Lease,
-    rootKey: string,
-    finished: Map<string, FinishedStep>,
-    opening?: Transaction,
-  ) {
+  constructor(deps: RunDeps, lease: Lease, options: RunStateOptions) {
     this.deps = deps;
     this.lease = lease;
-    this.rootKey = rootKey;
-    this.finished = finished;
-    this.opening = opening;
-    this.#start = opening;
+    this.rootKey = options.rootKey;
+    this.finished = options.finished;
+    this.opening = options.opening;
+    this.#start = options.opening;
+    this.wait = options.wait;
+    this.parentRun = options.parentRun ?? null;
+    this.trace = options.trace;
+    this.attempts = options.attempts ?? new Map();
+    this.#nextSeq = 1 + Math.max(0, ...[...options.finished.values()].map((step) => step.seq ?? 0));
+    this.#aliveUntil = Date.now() + deps.leaseMs;
+    this.heldUntil = this.#aliveUntil;
+  }
+
+  /** Gives the step (or recorded value) `instance` the next place in the run's record. */
+  reach(instance: string): void {
+    if (!this.#seqs.has(instance)) this.#seqs.set(instance, this.#nextSeq++);
+  }
+
+  /** The place in the run's record of a step this execution reached. */
+  seqOf(instance: string): number | null {
+    return this.#seqs.get(instance) ?? null;
+  }
+
+  /** Takes the attempt writes waiting for a commit. */
+  takePendingAttempts(): AttemptWrite[] {
+    const writes = this.pendingAttempts;
+    this.pendingAttempts = [];
+    return writes;
+  }
+
+  /** Applies attempt writes that have committed to the in-memory record. */
+  applyAttempts(writes: readonly AttemptWrite[], nowMs: number): void {
+    for (const write of writes) {
+      const list = this.attempts.get(write.step) ?? [];
+      this.attempts.set(write.step, list);
+      const record = list.find((candidate) => candidate.attempt === write.attempt);
+      switch (write.write) {
+        case 'start':
+        case 'once':
+          if (record) break;
+          list.push({
+            step: write.step,
+            attempt: write.attempt,
+            kind: write.kind,
+            leaseToken: this.lease.token,
+            startedAtMs: nowMs,
+            endedAtMs: write.write === 'once' ? nowMs : null,
+            outcome: write.write === 'once' ? 'ok' : null,
+            error: null,
+            resolution: null,
+            resolvedOutput: null,
+          });
+          break;
+        case 'end':
+          if (record && record.leaseToken === this.lease.token && record.endedAtMs === null) {
+            record.endedAtMs = record.startedAtMs + write.durationMs;
+            record.outcome = write.outcome;
+            record.error = write.error;
+          }
+          break;
+        case 'resolve':
+          if (record && record.resolution === null) {
+            record.resolution = write.resolution;
+            record.resolvedOutput = write.output;
+          }
+          break;
+      }
+    }
+  }
+  /**
+   * Marks progress: the execution promises to reach its next mark within
+   * `ms` — a lease for work with no bound of its own (waiting for a
+   * connection, code between steps, a commit), an attempt's timeout plus a
+   * lease while an attempt runs.
+   */
+  progress(ms: number): void {
+    this.#aliveUntil = Date.now() + ms;
+  }
+
+  /** Whether the execution missed its mark: it is not renewed, and another process takes the run over. */
+  stalled(now = Date.now()): boolean {
+    return now > this.#aliveUntil;
   }
 
   /** Whether the run's row exists for others yet (its start has committed). */
@@ -113,6 +253,26 @@ export class RunState {
 
   get halted(): { error: unknown } | undefined {
     return this.#halted;
+  }
+
+  /**
+   * The run has parked (its park committed): this execution ends at once —
+   * workflow code unwinds through RunStopped('parked') — and the run
+   * continues, in whatever process, once it is due.
+   */
+  park(wait: RunWait): RunStopped {
+    this.#parked = wait;
+    this.stop('parked');
+    return new RunStopped('parked');
+  }
+
+  get parked(): RunWait | undefined {
+    return this.#parked;
+  }
+
+  /** The recorded wait of the step `instance`, if the run was parked there. */
+  recordedWait(instance: string, kind: RunWait['kind']): RunWait | undefined {
+    return this.wait && this.wait.step === instance && this.wait.kind === kind ? this.wait : undefined;
   }
 
   throwIfStopped(): void {

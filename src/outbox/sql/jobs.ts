@@ -1,5 +1,6 @@
 /**
- * What stepkey reads and changes in graphile-worker's job table (0.17).
+ * What stepkey changes in graphile-worker's job table (0.17); reading it is
+ * src/read/sql/jobs.ts.
  *
  * A job fails for good when its attempts reach max_attempts: it stays in the
  * table with its last error, visible, never picked again, until retried by
@@ -28,39 +29,6 @@ export async function failJobForGood(q: Queryable, jobId: string): Promise<void>
                      select 'm', to_json(max_attempts)) e)
            else payload end
      where id = ${jobId}::bigint`;
-}
-
-export interface JobRow {
-  id: string;
-  task: string;
-  key: string | null;
-  attempts: number;
-  maxAttempts: number;
-  lastError: string | null;
-  /** When it runs next (milliseconds since the epoch). */
-  runAt: number;
-  lockedBy: string | null;
-  status: 'pending' | 'running' | 'retrying' | 'failed';
-}
-
-/**
- * Jobs of stepkey effects, failed ones first. A locked job is running, even on
- * its last attempt (graphile-worker counts an attempt when it takes the job).
- */
-export function listJobs(q: Queryable, options: { status?: JobRow['status']; limit?: number } = {}) {
-  return q<JobRow[]>`
-    select * from (
-      select id::text, task_identifier as task, key, attempts, max_attempts as "maxAttempts",
-             last_error as "lastError", (extract(epoch from run_at) * 1000)::float8 as "runAt", locked_by as "lockedBy",
-             case when locked_by is not null then 'running'
-                  when attempts >= max_attempts then 'failed'
-                  when attempts > 0 then 'retrying'
-                  else 'pending' end as status
-        from graphile_worker.jobs
-    ) j
-    where ${options.status ?? null}::text is null or j.status = ${options.status ?? null}::text
-    order by (j.status = 'failed') desc, j.id
-    limit ${options.limit ?? 100}`;
 }
 
 /**

@@ -1,10 +1,11 @@
 /**
  * Leases of running runs: heartbeats, release on shutdown, and the sweeper
- * that takes over runs whose process died.
+ * that takes over runs whose process died and parked runs that are due.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
-import type { Lease } from '../../ledger/types.js';
+import type { KeyRef, Lease } from '../../ledger/types.js';
+import { queuedWithoutSlot } from '../../flow/sql/queued.js';
 
 /**
  * Extends every lease this process holds, in one statement. Returns the ones
@@ -37,32 +38,100 @@ export interface SweptRun {
   key: string;
   token: string;
   attempts: number;
+  /** A parked run that was due (not a lease that expired). */
+  woken?: boolean;
 }
 
 /**
- * The sweeper's takeover: runs whose lease expired get a new lease token and
- * belong to this process. Guarantee: each expired run goes to exactly one
- * sweeper — rows another sweeper is taking are skipped (SKIP LOCKED), and the
- * new token fences out the process that died (or stalled) holding the old one.
- * Failed runs are not touched: they resume when their caller retries.
+ * The sweeper's takeover: runs whose lease expired, and parked runs that are
+ * due, get a new lease token and belong to this process. Guarantee: each
+ * goes to exactly one sweeper — rows another sweeper is taking are skipped
+ * (SKIP LOCKED), and the new token fences out the process that died (or
+ * stalled) holding the old one. A woken run keeps its wait columns: the
+ * waiting step reads them when the run reaches it again. Failed runs are not
+ * touched: they resume when their caller retries. A run on a queue that
+ * has no slot is left to the queue's dispatch (src/flow). Only runs of a
+ * workflow version in `versions` are taken: during a deploy, a process of the
+ * old release leaves the new release's runs to the processes that run them.
  */
-export async function sweepExpiredRuns(q: Queryable, clock: Clock, limit: number, leaseMs: number) {
+export async function sweepExpiredRuns(
+  q: Queryable,
+  clock: Clock,
+  limit: number,
+  leaseMs: number,
+  versions: readonly { name: string; version: number }[],
+) {
   const now = sqlNow(q, clock);
+  const registered = JSON.stringify(versions);
   return q<SweptRun[]>`
     with expired as (
       select scope, key
         from stepkey.ledger
        where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
+         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
+                      where v.name = ledger.name and v.version = ledger.version)
        order by locked_until
        limit ${limit}
        for update skip locked
+    ), due as (
+      select scope, key
+        from stepkey.ledger
+       where status = 'waiting' and wake_at <= ${now} and not ${queuedWithoutSlot(q, 'ledger')}
+         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
+                      where v.name = ledger.name and v.version = ledger.version)
+       order by wake_at
+       limit ${limit}
+       for update skip locked
+    ), taken as (
+      select scope, key, false as woken from expired
+      union all
+      select scope, key, true from due
+      limit ${limit}
     )
     update stepkey.ledger l
-       set lease_token = gen_random_uuid(),
+       set status = 'in_progress',
+           lease_token = gen_random_uuid(),
            locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-           attempts = l.attempts + 1,
+           attempts = l.attempts + case when t.woken then 0 else 1 end,
            updated_at = ${now}
-      from expired e
-     where l.scope = e.scope and l.key = e.key
+      from taken t
+     where l.scope = t.scope and l.key = t.key
+    returning l.scope, l.key, l.lease_token::text as token, l.attempts, t.woken`;
+}
+
+/**
+ * Takes one parked run that is due, now (a prompt wake after an event or a
+ * child's end), as the sweeper would: a new lease token — only if its
+ * workflow version is one of `versions` (this process can execute it).
+ * Undefined otherwise. It waits for a row lock held by another sender (not
+ * SKIP LOCKED, which would skip a run that a concurrent send is marking due),
+ * and then finds it no longer waiting if another process took it first.
+ */
+export async function wakeDueRun(
+  q: Queryable,
+  clock: Clock,
+  ref: KeyRef,
+  leaseMs: number,
+  versions: readonly { name: string; version: number }[],
+): Promise<SweptRun | undefined> {
+  const now = sqlNow(q, clock);
+  const [row] = await q<SweptRun[]>`
+    with due as (
+      select l.scope, l.key
+        from stepkey.ledger l
+       where l.scope = ${ref.scope} and l.key = ${ref.key} and l.status = 'waiting' and l.wake_at <= ${now}
+         and not ${queuedWithoutSlot(q, 'l')}
+         and exists (select 1 from json_to_recordset(${JSON.stringify(versions)}::json) as v(name text, version int)
+                      where v.name = l.name and v.version = l.version)
+       for update
+    )
+    update stepkey.ledger l
+       set status = 'in_progress',
+           lease_token = gen_random_uuid(),
+           locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
+           updated_at = ${now}
+      from due d
+     where l.scope = d.scope and l.key = d.key
     returning l.scope, l.key, l.lease_token::text as token, l.attempts`;
+  return row;
 }

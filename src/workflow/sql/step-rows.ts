@@ -1,5 +1,5 @@
 /**
- * Recording finished steps of a run.
+ * Recording finished steps of a run, and the attempts of its outside calls.
  *
  * Guarantee: the rows are written only while the caller holds the run's
  * lease (its token is the run row's current one and the run is in progress);
@@ -11,10 +11,30 @@
  * violation (23505) rolls this transaction back too, and the step replays the
  * other holder's outcome. So a process whose lease was taken over can never
  * commit a step's business write a second time.
+ *
+ * Two cheaper fences for two cases, with the same guarantee:
+ *   - `complete`: the run's completion itself is the fence. The statement
+ *     that records the last steps also stores the run's outcome, with the
+ *     fenced UPDATE of the run row (lease token current, in progress) of
+ *     ledger/sql/finish.ts's completeStatement; that UPDATE row-locks the run
+ *     until COMMIT and the rows are written only if it wrote — one statement
+ *     and one row lock instead of two.
+ *   - `ownStart`: the transaction inserted the run's row itself (its start,
+ *     folded into its first commit). Nobody else can see, take over or
+ *     cancel a row not yet committed, so the rows need no lock on it.
+ *
+ * Attempts (stepkey.step_attempts) ride the same statement and the same
+ * fence: a start is a plain INSERT (an attempt number another holder took
+ * first is a unique violation, as for steps); an end or a resolution applies
+ * only to an attempt started under this very lease token and not ended yet —
+ * an attempt started by a holder whose lease is gone keeps no end, so it
+ * stays unknown.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
-import type { Lease } from '../../ledger/types.js';
+import type { Lease, OutcomeToStore } from '../../ledger/types.js';
+import type { AttemptWrite } from '../effects/attempts.js';
+import { completeUpdate } from '../../ledger/sql/finish.js';
 
 export interface StepRow {
   /** The derived key: childKey(rootKey, name). */
@@ -24,24 +44,91 @@ export interface StepRow {
   ok: boolean;
   body: string;
   attempts: number;
+  /** Its place in the run's record (the order the run recorded its steps). */
+  seq?: number | null;
 }
 
-export function insertStepRowsStatement(q: Queryable, clock: Clock, run: Lease, rows: readonly StepRow[]) {
+/** How the rows are fenced (see above): a share lock on the run row (default), the run's completion, or nothing in the run's own start. */
+export type StepRowsFence =
+  | { kind: 'share' }
+  | { kind: 'complete'; outcome: OutcomeToStore; retentionMs: number }
+  | { kind: 'ownStart' };
+
+export function insertStepRowsStatement(
+  q: Queryable,
+  clock: Clock,
+  run: Lease,
+  rows: readonly StepRow[],
+  attempts: readonly AttemptWrite[] = [],
+  fencedBy: StepRowsFence = { kind: 'share' },
+) {
   const now = sqlNow(q, clock);
+  const starts = attempts.filter((a) => a.write === 'start' || a.write === 'once');
+  const ends = attempts.filter((a) => a.write === 'end');
+  const resolutions = attempts.filter((a) => a.write === 'resolve');
+  // An attempt's start is the moment its record is written (the wall clock, not the transaction's start).
+  const startedAt = q`(clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
+  const started = starts.length
+    ? q`, started as (
+      insert into stepkey.step_attempts (scope, run_key, step, attempt, kind, lease_token, started_at, ended_at, outcome)
+      select ${run.scope}, ${run.key}, s.step, s.attempt, s.kind, ${run.token}::uuid, ${startedAt},
+             case when s.write = 'once' then ${startedAt} end, case when s.write = 'once' then 'ok' end
+        from fence, json_to_recordset(${JSON.stringify(starts)}::json) as s(write text, step text, attempt int, kind text)
+       where fence.held
+      returning 1)`
+    : q``;
+  const ended = ends.length
+    ? q`, ended as (
+      update stepkey.step_attempts a
+         set ended_at = a.started_at + e."durationMs" * interval '1 millisecond', outcome = e.outcome, error = e.error
+        from fence, json_to_recordset(${JSON.stringify(ends)}::json)
+             as e(step text, attempt int, outcome text, error text, "durationMs" float8)
+       where fence.held and a.scope = ${run.scope} and a.run_key = ${run.key} and a.step = e.step
+         and a.attempt = e.attempt and a.lease_token = ${run.token}::uuid and a.ended_at is null
+      returning 1)`
+    : q``;
+  const resolved = resolutions.length
+    ? q`, resolved as (
+      update stepkey.step_attempts a
+         set resolution = r.resolution, resolved_output = r.output, resolved_at = ${now}
+        from fence, json_to_recordset(${JSON.stringify(resolutions)}::json) as r(step text, attempt int, resolution text, output text)
+       where fence.held and a.scope = ${run.scope} and a.run_key = ${run.key} and a.step = r.step
+         and a.attempt = r.attempt and a.resolution is null
+      returning 1)`
+    : q``;
+  const steps = rows.length
+    ? q`, steps as (
+      insert into stepkey.ledger
+        (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq,
+         created_at, updated_at, completed_at)
+      select ${run.scope}, s.key, 'step', s.name, ${run.key}, s.name, 'completed', s.body, s.ok,
+             s.attempts, s.seq, ${now}, ${now}, ${now}
+        from fence,
+             json_to_recordset(${JSON.stringify(rows)}::json) as s(key text, name text, body text, ok boolean, attempts int, seq int)
+       where fence.held
+      returning 1)`
+    : q``;
   return q`
-    with fence as (
+    with ${fence(q, clock, run, fencedBy)}${started}${ended}${resolved}${steps}
+    select held from fence`;
+}
+
+function fence(q: Queryable, clock: Clock, run: Lease, fencedBy: StepRowsFence) {
+  switch (fencedBy.kind) {
+    case 'ownStart':
+      return q`fence as (select true as held)`;
+    case 'complete':
+      return q`completed as (${completeUpdate(q, clock, run, fencedBy.outcome, fencedBy.retentionMs)}
+    ), fence as (
+      select stepkey.lease_held(count(*)) as held from completed
+    )`;
+    case 'share':
+      return q`fence as (
       select stepkey.lease_held(count(*)) as held
         from (select 1 from stepkey.ledger
                where scope = ${run.scope} and key = ${run.key}
                  and lease_token = ${run.token}::uuid and status = 'in_progress'
                  for share) as run
-    )
-    insert into stepkey.ledger
-      (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts,
-       created_at, updated_at, completed_at)
-    select ${run.scope}, s.key, 'step', s.name, ${run.key}, s.name, 'completed', s.body, s.ok,
-           s.attempts, ${now}, ${now}, ${now}
-      from fence,
-           json_to_recordset(${JSON.stringify(rows)}::json) as s(key text, name text, body text, ok boolean, attempts int)
-     where fence.held`;
+    )`;
+  }
 }

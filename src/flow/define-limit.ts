@@ -1,0 +1,93 @@
+/**
+ * defineLimit: a limit on an outside provider, shared by every run in every
+ * process — steps that name it (`step('charge-card.v1', { limit: payments })`)
+ * take a token from its rate bucket and/or one of its concurrency slots before
+ * their body runs, and park (no lease, no connection) when they cannot.
+ *
+ *   rateLimit    at most `limit` step starts per `periodMs` (a token bucket of `limit` tokens)
+ *   concurrency  steps executing at once
+ *   partitionBy  the partition of a run (an account, a merchant), from its input:
+ *                each partition has its own bucket and slots
+ *
+ * A limit is registered with the engine (`createEngine({ limits })`); the
+ * engine writes its settings to the limit's row before its first step takes
+ * from it, and acquire reads them from there (src/flow/sql/limits.ts).
+ */
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { MAX_PARTITION_LENGTH, rateLimitOf, type RateLimit } from './define-queue.js';
+
+export interface LimitPartitionContext {
+  scope: string;
+  /** The run's key. */
+  key: string;
+  /** The step instance that takes from the limit. */
+  step: string;
+}
+
+export interface LimitOptions<Input = any> {
+  name: string;
+  rateLimit?: RateLimit;
+  concurrency?: number;
+  partitionBy?: (input: Input, ctx: LimitPartitionContext) => string;
+}
+
+export interface Limit<Input = any> {
+  readonly kind: 'stepkey.limit';
+  readonly name: string;
+  readonly rateLimit: RateLimit | null;
+  readonly concurrency: number | null;
+  readonly partitionBy: ((input: Input, ctx: LimitPartitionContext) => string) | undefined;
+}
+
+const limitNamePattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
+
+export function defineLimit<Input = any>(options: LimitOptions<Input>): Limit<Input> {
+  const where = `Limit '${String(options?.name)}'`;
+  if (typeof options?.name !== 'string' || !limitNamePattern.test(options.name)) {
+    throw new StepkeyError('definition_error', `${where}: the name must be 1–128 letters, digits or . _ / -.`);
+  }
+  let concurrency: number | null = null;
+  if (options.concurrency !== undefined) {
+    const value: unknown = options.concurrency;
+    if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > 2_147_483_647) {
+      throw new StepkeyError('definition_error', `${where}: concurrency must be a whole number above 0, got ${String(value)}.`);
+    }
+    concurrency = value;
+  }
+  const rateLimit = rateLimitOf(where, options.rateLimit);
+  if (concurrency === null && rateLimit === null) {
+    throw new StepkeyError('definition_error', `${where}: give it a rateLimit ({ limit, periodMs }), a concurrency, or both.`);
+  }
+  if (options.partitionBy !== undefined && typeof options.partitionBy !== 'function') {
+    throw new StepkeyError('definition_error', `${where}: partitionBy must be a function (input, ctx) => string.`);
+  }
+  return Object.freeze({ kind: 'stepkey.limit' as const, name: options.name, rateLimit, concurrency, partitionBy: options.partitionBy });
+}
+
+/** The partition a step takes from: partitionBy's answer for the run's input, checked; '' without one. */
+export function limitPartitionOf(limit: Limit, input: unknown, ctx: LimitPartitionContext): string {
+  if (!limit.partitionBy) return '';
+  let partition: unknown;
+  try {
+    partition = limit.partitionBy(input, ctx);
+  } catch (error) {
+    throw new StepkeyError(
+      'invalid_input',
+      `Limit '${limit.name}' (step '${ctx.step}'): partitionBy threw: ${(error as Error)?.message ?? String(error)}`,
+      { cause: error },
+    );
+  }
+  if (typeof partition !== 'string' || partition.length === 0 || partition.length > MAX_PARTITION_LENGTH) {
+    throw new StepkeyError(
+      'invalid_input',
+      `Limit '${limit.name}' (step '${ctx.step}'): partitionBy must return a non-empty string of at most ${MAX_PARTITION_LENGTH} characters, ` +
+        `got ${typeof partition === 'string' ? `a string of ${partition.length}` : typeof partition}.`,
+    );
+  }
+  return partition;
+}
+
+/** What a run parked on the limit waits for, as its ledger row records it (SQL: stepkey.limit_wait_for). */
+export function limitWaitFor(limit: string, partition: string): string {
+  return partition === '' ? limit : `${limit}[${partition}]`;
+}

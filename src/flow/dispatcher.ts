@@ -1,0 +1,140 @@
+/**
+ * The engine's side of queues: an enqueue's transaction and what follows it,
+ * executing the runs a dispatch started in this process, and dispatching a
+ * queue again as soon as one of its runs ends (the slot it gave back goes to
+ * the next run at once, not at the next sweep).
+ */
+import type { Sql } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import type { KeyRef, Lease } from '../ledger/types.js';
+import type { ClaimResult } from '../ledger/types.js';
+import type { Workflow } from '../workflow/define.js';
+import type { Settled } from '../workflow/executor.js';
+import { newRootKey } from '../keys/derive.js';
+import { instrument } from '../telemetry/instrumentation.js';
+import { enqueueRun } from './enqueue.js';
+import type { FlowControl, Versions } from './flow-control.js';
+import type { QueuedRun } from './queued-run.js';
+import type { DispatchedRun } from './sql/dispatch.js';
+
+/** A run the enqueue itself started: executed without loading what its caller already holds. */
+export interface OwnRun {
+  ref: KeyRef;
+  definition: Workflow;
+  input: unknown;
+  rootKey: string;
+}
+
+/** What the dispatcher needs of the engine. */
+export interface DispatchHost {
+  readonly sql: Sql;
+  readonly clock: Clock;
+  readonly leaseMs: number;
+  readonly maxConcurrentRuns: number;
+  /** Runs executing in this process now. */
+  readonly activeRuns: number;
+  readonly closing: boolean;
+  versions(): Versions;
+  /** Executes `lease`'s run here (tracked like any other): `own`'s, or one loaded from the ledger. */
+  execute(lease: Lease, own?: OwnRun): Promise<Settled>;
+  onError(error: unknown, context: string): void;
+}
+
+export interface EnqueueOutcome {
+  claim: ClaimResult;
+  /** This call created the run. */
+  own: boolean;
+  rootKey: string;
+  /** The run is waiting for a slot (a dispatch did not start it at once). */
+  queued: boolean;
+  /** This call resumed a failed run: it went back in line for a slot. */
+  requeued: boolean;
+}
+
+export class Dispatcher {
+  readonly #host: DispatchHost;
+  readonly #flow: FlowControl;
+
+  constructor(host: DispatchHost, flow: FlowControl) {
+    this.#host = host;
+    this.#flow = flow;
+  }
+
+  get enabled(): boolean {
+    return this.#flow.enabled;
+  }
+
+  /** Enqueues the run (claim, entry, park and dispatch in one transaction) and executes what that dispatch started here. */
+  async enqueue(definition: Workflow, ref: KeyRef, run: QueuedRun, fingerprints: { fingerprint: string; legacyFingerprint: () => string }): Promise<EnqueueOutcome> {
+    const host = this.#host;
+    const root = newRootKey(ref.scope, ref.key);
+    const { claim, dispatched, requeued } = await enqueueRun(host.sql, host.clock, this.#flow, {
+      ref,
+      claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText }, rootKey: root },
+      entry: run.entry,
+      leaseMs: host.leaseMs,
+      capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
+      versions: host.versions(),
+    });
+    if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
+    if (claim.state === 'owned' && claim.resumed) {
+      host.execute(claim.lease).catch(() => {});
+    }
+    const own = claim.state === 'owned' && !claim.resumed;
+    if (own) instrument.runStarted(definition);
+    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root } : undefined);
+    const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
+    return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
+  }
+
+  /**
+   * A claim outside enqueue (start, attempt, run, resume) resumed a failed
+   * run that is on a queue: the database parked it for a slot. Dispatches
+   * its queue now, so that it starts at once here if a slot is free.
+   */
+  afterRequeue(claim: ClaimResult): void {
+    const queue = claim.state === 'waiting' && claim.resumed ? claim.wait.for : null;
+    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue);
+  }
+
+  /**
+   * Executes runs a dispatch of `queue` just started here; when each ends
+   * (its slot given back in the transaction of its end), the queue is
+   * dispatched again so that the next run gets the slot at once.
+   */
+  startDispatched(queue: string, runs: readonly DispatchedRun[], own?: OwnRun): void {
+    for (const run of runs) {
+      const lease = { scope: run.scope, key: run.key, token: run.token };
+      const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
+      this.#host
+        .execute(lease, mine ? own : undefined)
+        .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
+        .finally(() => this.dispatchAfterEnd(queue));
+    }
+  }
+
+  /** Dispatches `queue` (waiting for its lock), or every queue no other process is dispatching. */
+  dispatchAfterEnd(queue?: string): void {
+    const host = this.#host;
+    const capacity = host.maxConcurrentRuns - host.activeRuns;
+    if (host.closing || capacity <= 0 || !this.#flow.enabled) return;
+    this.#flow
+      .dispatch(capacity, host.leaseMs, host.versions(), queue)
+      .then((results) => {
+        for (const result of results) this.startDispatched(result.queue, result.runs);
+      })
+      .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`));
+  }
+
+  /** A sweep's dispatch of every queue, up to `capacity` runs; returns how many it started. */
+  async sweep(capacity: number): Promise<number> {
+    if (!this.#flow.enabled || capacity <= 0) return 0;
+    const results = await this.#flow.dispatch(capacity, this.#host.leaseMs, this.#host.versions());
+    let started = 0;
+    for (const { queue, runs } of results) {
+      this.startDispatched(queue, runs);
+      started += runs.length;
+    }
+    return started;
+  }
+}

@@ -1,0 +1,88 @@
+/**
+ * engine.enqueue's transaction: the run's claim, its queue entry, its park
+ * (waiting for a slot) and a dispatch of its queue, committed together.
+ *
+ *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
+ *   lock the queue's row
+ *   insert the entry; park the run (wait_kind 'slot'); dispatch; COMMIT
+ *
+ * When the queue has a free slot, the dispatch in that same transaction
+ * starts the run (or, by the queue's order, another queued run), and this
+ * process executes what it started: an enqueue that finds a slot free starts
+ * its run at once, not at the next sweep.
+ *
+ * The same ref again after its run failed resumes it: the claim's takeover
+ * is turned by the database into a park waiting for a slot (flow_requeue,
+ * migration 0009), and the queue is dispatched in the same transaction —
+ * the resumed run starts at once only if a slot is free (`requeued`).
+ */
+import type { Sql } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import { Transaction } from '../db/transaction.js';
+import { translateDatabaseError } from '../errors/pg-errors.js';
+import { claimKey } from '../ledger/claim.js';
+import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
+import { parkStatement } from '../workflow/waits/sql/park.js';
+import type { FlowControl, Versions } from './flow-control.js';
+import { dispatchedRuns, type DispatchedRun } from './sql/dispatch.js';
+import { insertEntryStatement, type EntryValues } from './sql/enqueue.js';
+
+export interface EnqueueOptions {
+  /** The queue (registered with the engine), by object or name. */
+  queue: { name: string } | string;
+  /** Whole number from -1000 to 1000 (default 0); higher starts first within the queue. */
+  priority?: number;
+  /** Not started before this many ms from now (default 0). */
+  delayMs?: number;
+}
+
+export interface EnqueueRequest {
+  ref: KeyRef;
+  claim: ClaimRequest;
+  entry: EntryValues;
+  leaseMs: number;
+  /** How many runs this process may start now. */
+  capacity: number;
+  versions: Versions;
+}
+
+export type Enqueued = {
+  claim: ClaimResult;
+  dispatched: DispatchedRun[];
+  /** The claim resumed a failed run: it is back in line for a slot. */
+  requeued: boolean;
+};
+
+/** The wait of a queued run, as the ledger records it. */
+export function slotWait(queue: string) {
+  return { kind: 'slot' as const, step: `queue:${queue}`, for: queue, wakeAtMs: null };
+}
+
+export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
+  await flow.ready();
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
+  try {
+    const claim = await claimKey(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    if (claim.state === 'waiting' && claim.resumed) {
+      const queue = claim.wait.for ?? request.entry.queue;
+      await flow.lockIn(tx.sql, queue);
+      const [dispatched] = await tx.commit(flow.dispatchIn(tx.sql, queue, request.capacity, request.leaseMs, request.versions));
+      return { claim, dispatched: dispatchedRuns(dispatched), requeued: true };
+    }
+    if (claim.state !== 'owned' || claim.resumed) {
+      if (claim.state === 'owned') await tx.commit();
+      else tx.abandon();
+      return { claim, dispatched: [], requeued: false };
+    }
+    await flow.lockIn(tx.sql, request.entry.queue);
+    const [, , dispatched] = await tx.commit(
+      insertEntryStatement(tx.sql, clock, request.ref, request.entry),
+      parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
+      flow.dispatchIn(tx.sql, request.entry.queue, request.capacity, request.leaseMs, request.versions),
+    );
+    return { claim, dispatched: dispatchedRuns(dispatched), requeued: false };
+  } catch (error) {
+    tx.abandon();
+    throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
+  }
+}

@@ -1,0 +1,156 @@
+/**
+ * Dispatch: which queued runs get the queue's free slots, decided in SQL.
+ *
+ * A dispatch is two statements in one transaction: lockQueueStatement takes
+ * the queue's row lock, then dispatchStatement — with a snapshot taken after
+ * the lock, so it sees every slot granted by an earlier dispatch — counts the
+ * slots held, picks the runs and starts them. Order of precedence:
+ *
+ *   1. priority, higher first
+ *   2. round-robin across partitions: every partition's first queued run
+ *      (at that priority) before any partition's second
+ *   3. the partition served least recently first
+ *   4. first enqueued first
+ *
+ * restricted by the queue's concurrency, each partition's concurrency and the
+ * rate bucket. The entry of a run that failed is skipped (it is not in the
+ * waiting index) until a resume puts it back in line. Guarantee: under the queue's lock, slots held never exceed the
+ * settings on the queue's row; a slot given back (by a transaction that has
+ * not committed yet) is at worst counted as still held, never the reverse.
+ * Taking a slot and starting the run — a new lease token, status
+ * in_progress — are one statement, so a slot never exists without its run
+ * executing somewhere, and a run that starts from a queue always holds one.
+ */
+import type { Queryable } from '../../db/connect.js';
+import { type Clock, sqlNow } from '../../db/clock.js';
+
+export interface DispatchedRun {
+  scope: string;
+  key: string;
+  token: string;
+  attempts: number;
+}
+
+/** Locks the queues in `names` that no other dispatch holds (skipLocked) or waits for them; returns those locked. */
+export function lockQueueStatement(q: Queryable, names: readonly string[], skipLocked: boolean) {
+  return skipLocked
+    ? q<{ name: string }[]>`select name from stepkey.queues where name = any(${names}::text[]) order by name for update skip locked`
+    : q<{ name: string }[]>`select name from stepkey.queues where name = any(${names}::text[]) order by name for update`;
+}
+
+/** The rows of a dispatchStatement. */
+export const dispatchedRuns = (rows: readonly unknown[] | undefined): DispatchedRun[] => [...((rows ?? []) as DispatchedRun[])];
+
+/**
+ * Starts up to `limit` queued runs of `queue` whose workflow version is in
+ * `versions` (this process can execute them). Only under lockQueueStatement.
+ */
+export function dispatchStatement(
+  q: Queryable,
+  clock: Clock,
+  queue: string,
+  limit: number,
+  leaseMs: number,
+  versions: readonly { name: string; version: number }[],
+) {
+  const now = sqlNow(q, clock);
+  return q`
+    with recursive queued_partitions(partition) as (
+      (select partition from stepkey.queue_entries
+        where queue = ${queue} and not holding and not failed order by partition limit 1)
+      union all
+      select (select e.partition from stepkey.queue_entries e
+               where e.queue = ${queue} and not e.holding and not e.failed and e.partition > qp.partition
+               order by e.partition limit 1)
+        from queued_partitions qp where qp.partition is not null
+    ), settings as (
+      select concurrency, per_partition, rate_limit,
+             case when rate_limit is null then null
+                  else least(rate_limit::float8,
+                             coalesce(tokens, rate_limit::float8)
+                             + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000)
+                               * rate_limit / rate_period_ms)
+             end as tokens
+        from stepkey.queues where name = ${queue}
+    ), held as (
+      select partition, count(*)::int as n
+        from stepkey.queue_entries
+       where queue = ${queue} and holding
+       group by partition
+    ), free as (
+      select greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0),
+                               ${limit}::int,
+                               coalesce(floor(s.tokens), ${limit}::int)))::int as n
+        from settings s
+    ), parts as (
+      -- The partitions with queued runs, by a skip scan of the waiting index (one probe per partition).
+      select partition from queued_partitions where partition is not null
+    ), ranked as (
+      -- Each partition's first runs (no more than the free slots), in its own order.
+      select c.scope, c.key, c.partition, c.priority, c.seq,
+             row_number() over (partition by c.partition order by c.priority desc nulls last, c.seq) as rn
+        from parts p
+        cross join lateral (
+          select e.scope, e.key, e.partition, e.priority, e.seq
+            from stepkey.queue_entries e
+            -- One primary-key probe per entry, in the index's order, until enough are found
+            -- (offset 0 keeps the planner from turning it into a join over every queued run).
+            cross join lateral (
+              select 1 from stepkey.ledger l
+               where l.scope = e.scope and l.key = e.key
+                 and l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
+                 and exists (select 1 from json_to_recordset(${JSON.stringify(versions)}::json) as v(name text, version int)
+                              where v.name = l.name and v.version = l.version)
+              offset 0
+            ) ready
+           where e.queue = ${queue} and e.partition = p.partition and not e.holding and not e.failed and e.not_before <= ${now}
+           order by e.priority desc nulls last, e.seq
+           limit (select n from free)
+        ) c
+    ), chosen as (
+      select r.scope, r.key
+        from ranked r
+        cross join settings s
+        left join held h on h.partition = r.partition
+        left join stepkey.queue_partitions p on p.queue = ${queue} and p.partition = r.partition
+       where s.per_partition is null or r.rn <= s.per_partition - coalesce(h.n, 0)
+       order by r.priority desc, r.rn, p.last_served_at asc nulls first, r.seq
+       limit coalesce((select n from free), 0)
+    ), locked as (
+      select l.scope, l.key
+        from stepkey.ledger l
+        join chosen c on c.scope = l.scope and c.key = l.key
+       where l.status = 'waiting'
+         for update of l skip locked
+    ), started as (
+      update stepkey.ledger l
+         set status = 'in_progress',
+             lease_token = gen_random_uuid(),
+             locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
+             updated_at = ${now},
+             -- A queued run's wait ends here; a parked run's own wait stays for its step to read.
+             wait_kind = nullif(l.wait_kind, 'slot'),
+             wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
+             wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end
+        from locked k
+       where l.scope = k.scope and l.key = k.key
+      returning l.scope, l.key, l.lease_token, l.attempts
+    ), granted as (
+      update stepkey.queue_entries e
+         set holding = true, granted_at = ${now}, granted_token = s.lease_token
+        from started s
+       where e.scope = s.scope and e.key = s.key
+      returning e.partition
+    ), served as (
+      insert into stepkey.queue_partitions as p (queue, partition, last_served_at, served)
+      select ${queue}, partition, ${now}, count(*) from granted group by partition
+      on conflict (queue, partition) do update
+         set last_served_at = excluded.last_served_at, served = p.served + excluded.served
+    ), spent as (
+      update stepkey.queues
+         set tokens = s.tokens - (select count(*) from started), refilled_at = ${now}
+        from settings s
+       where queues.name = ${queue} and s.rate_limit is not null
+    )
+    select scope, key, lease_token::text as token, attempts from started`;
+}

@@ -1,0 +1,158 @@
+/**
+ * Child runs. `child(workflow, input)` starts a child run — a run of its own,
+ * in the parent's scope, keyed by a key derived from the step's key
+ * (childRunKey), linked to the parent — and parks the parent until the child
+ * ends; `startChild` starts
+ * one and returns its ref at once. Starting the child and recording the
+ * parent's step commit together, so a child is started once even when the
+ * parent dies right after. The parent's process executes the child at once;
+ * if it dies, a sweeper does. A child's end (completed, errored, failed,
+ * cancelled) wakes a parent waiting for it.
+ */
+import { randomUUID } from 'node:crypto';
+import { StepkeyError } from '../../errors/stepkey-error.js';
+import { faultPoint } from '../../faults/fault-points.js';
+import { childKey, newRootKey } from '../../keys/derive.js';
+import { purposeFingerprint } from '../../keys/fingerprint.js';
+import { toJsonText, type StoredError } from '../../ledger/outcome.js';
+import type { Workflow } from '../define.js';
+import type { RunRef, StepUse } from '../handles.js';
+import type { RunState } from '../run-state.js';
+import type { FinishedStep } from '../sql/load-run.js';
+import type { StepTarget } from '../steps.js';
+import { decodeValue, summarise } from '../values.js';
+import { ChildRunError, isChildRunErrorData, type ChildEnd } from './child-error.js';
+import { runWait, type WaitDecision } from './settle.js';
+import { activeTraceContext } from '../../telemetry/tracing.js';
+import { insertChildStatement, readChildStatement, type ChildRow } from './sql/child-runs.js';
+
+/**
+ * The key of the child run a step starts: derived from the step's key (the
+ * step's own row is keyed by that one), so unique across tenants and runs
+ * like every derived key.
+ */
+export function childRunKey(stepKey: string): string {
+  return childKey(stepKey, '$child');
+}
+
+/** The child's claim and what to execute once it commits, or an error for bad input. */
+function prepareChild(state: RunState, where: string, workflow: Workflow, input: unknown) {
+  const definition = state.deps.hooks.registry.require(workflow);
+  const parsed = definition.input.safeParse(input);
+  if (!parsed.success) {
+    throw new StepkeyError('invalid_input', `${where}: the input of child workflow '${definition.name}' is invalid: ${summarise(parsed.error)}.`, {
+      cause: parsed.error,
+    });
+  }
+  return { definition, input, parsed: parsed.data as unknown, text: toJsonText(parsed.data, `input of child workflow '${definition.name}'`) };
+}
+
+type Prepared = ReturnType<typeof prepareChild>;
+
+/** Claims the child (inserted with a lease of this process's) and arranges its execution after the commit. */
+function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<WaitDecision, 'statements' | 'after'> {
+  const { scope } = state.lease;
+  const token = randomUUID();
+  const rootKey = newRootKey(scope, childKey);
+  const { definition } = prepared;
+  return {
+    statements: (q) => [
+      insertChildStatement(q, state.deps.clock, {
+        scope,
+        key: childKey,
+        workflow: definition.name,
+        version: definition.version,
+        fingerprint: purposeFingerprint(definition.name, prepared.input),
+        input: prepared.text,
+        rootKey,
+        parentRun: state.lease.key,
+        token,
+        leaseMs: state.deps.leaseMs,
+        traceContext: activeTraceContext(),
+      }),
+    ],
+    after: () => {
+      faultPoint('engine.after-child-start', definition.name);
+      state.deps.hooks.executeChild({
+        lease: { scope, key: childKey, token },
+        workflow: definition,
+        input: prepared.parsed,
+        rootKey,
+        parentRun: state.lease.key,
+      });
+    },
+  };
+}
+
+function validInputOrReject<T>(work: () => T): T | Promise<never> {
+  try {
+    return work();
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+export function childStep(target: StepTarget, workflow: Workflow, input: unknown, use: StepUse | undefined): Promise<unknown> {
+  const { state, declaration } = target;
+  const where = `Step '${declaration.name}'`;
+  const prepared = validInputOrReject(() => prepareChild(state, where, workflow, input));
+  if (prepared instanceof Promise) return prepared;
+  const { definition } = prepared;
+  const decode = (finished: FinishedStep, instance: string) => {
+    if (finished.ok) return decodeValue(finished.body, definition.output, `The result of child workflow '${definition.name}' (step '${instance}')`);
+    const stored = JSON.parse(finished.body) as StoredError;
+    if (isChildRunErrorData(stored.data)) throw new ChildRunError(stored.data);
+    throw Object.assign(new Error(stored.message), { name: stored.name });
+  };
+  return runWait(
+    { ...target, use },
+    async ({ instance, key: stepKey }, q) => {
+      const key = childRunKey(stepKey);
+      const [child] = await readChildStatement(q, state.lease.scope, key);
+      if (!child) {
+        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+      }
+      const ended = childOutcome(child, { scope: state.lease.scope, key, workflow: child.name });
+      return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+    },
+    decode,
+  );
+}
+
+export function startChildStep(target: StepTarget, workflow: Workflow, input: unknown, use: StepUse | undefined): Promise<unknown> {
+  const { state, declaration } = target;
+  const prepared = validInputOrReject(() => prepareChild(state, `Step '${declaration.name}'`, workflow, input));
+  if (prepared instanceof Promise) return prepared;
+  const refOf = (key: string): RunRef => ({ scope: state.lease.scope, key });
+  return runWait(
+    { ...target, use },
+    async ({ key: stepKey }, q) => {
+      const key = childRunKey(stepKey);
+      const body = toJsonText({ scope: state.lease.scope, key }, 'child ref');
+      const [child] = await readChildStatement(q, state.lease.scope, key);
+      return child ? { finish: { ok: true, body } } : { ...startIt(state, prepared, key), finish: { ok: true, body } };
+    },
+    (finished) => ({ ...refOf((JSON.parse(finished.body) as { key: string }).key), workflow: prepared.definition }),
+  );
+}
+
+/** A child that has ended, as its parent's step records it; undefined while it runs or waits. */
+function childOutcome(child: ChildRow, ref: { scope: string; key: string; workflow: string }): { ok: boolean; body: string } | undefined {
+  const end = (status: ChildEnd, error: StoredError) => ({
+    ok: false,
+    body: toJsonText(
+      { name: 'ChildRunError', message: new ChildRunError({ child: ref, status, error }).message, code: `child_${status}`, data: { child: ref, status, error } },
+      'error',
+    ),
+  });
+  switch (child.status) {
+    case 'completed':
+      return child.outcome_ok ? { ok: true, body: child.outcome ?? '' } : end('errored', JSON.parse(child.outcome ?? '{}'));
+    case 'cancelled':
+      return end('cancelled', JSON.parse(child.outcome ?? '{}'));
+    case 'failed':
+      return end('failed', JSON.parse(child.last_error ?? '{}'));
+    default:
+      return undefined;
+  }
+}

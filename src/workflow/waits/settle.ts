@@ -1,0 +1,69 @@
+/**
+ * A wait step, whatever it waits for. In one transaction — with whatever the
+ * run has waiting to commit (its start, its last tx step, recorded values):
+ *
+ *   lock the run's row (fenced by its lease) and read stepkey's now
+ *   decide, from fresh reads: the wait is over → its outcome is the step's
+ *   record; it is not → the run parks (its wait written, its lease released)
+ *   COMMIT
+ *
+ * A run that parks ends its execution here (workflow code unwinds through
+ * RunStopped('parked')); it continues when due, in whichever process sweeps
+ * or is woken, and the waiting step finds the wait it recorded. A finished
+ * wait replays its recorded outcome and never waits again.
+ */
+import type postgres from 'postgres';
+import type { Queryable } from '../../db/connect.js';
+import type { TxSql } from '../../db/transaction.js';
+import { faultPoint } from '../../faults/fault-points.js';
+import { commitWaiting } from '../commit.js';
+import type { FinishedStep } from '../sql/load-run.js';
+import { enterStep, type EnteredStep, type StepTarget } from '../steps.js';
+import { lockRunStatement, parkStatement } from './sql/park.js';
+import type { RunWait } from './wait.js';
+
+type Statement = postgres.PendingQuery<postgres.Row[]>;
+
+/** What a wait decides once it holds its run's row. */
+export interface WaitDecision {
+  /** The wait is over: this is the step's recorded outcome. */
+  finish?: { ok: boolean; body: string };
+  /** It is not: the run parks with this wait. */
+  park?: RunWait;
+  /** Statements that commit with it, before the park (a child run's claim). */
+  statements?: (q: Queryable) => Statement[];
+  /** After the commit (executing the child just claimed). */
+  after?: () => void;
+}
+
+export type Decide = (entered: EnteredStep, q: TxSql, nowMs: number) => Promise<WaitDecision>;
+
+/** Runs a wait step: `decide` under the run's row lock; `decode` turns a recorded outcome into the step's value. */
+export function runWait(target: StepTarget, decide: Decide, decode: (finished: FinishedStep, instance: string) => unknown): Promise<unknown> {
+  const { state, declaration } = target;
+  return enterStep(
+    target,
+    async (entered) => {
+      state.throwIfStopped();
+      faultPoint('engine.before-step', declaration.name);
+      let decision: WaitDecision = {};
+      await commitWaiting(state, {}, async (q) => {
+        const [lock] = await lockRunStatement(q, state.deps.clock, state.lease);
+        decision = await decide(entered, q, lock!.now_ms);
+        const { finish, park, statements } = decision;
+        return {
+          rows: finish ? [{ key: entered.key, name: entered.instance, ok: finish.ok, body: finish.body, attempts: 1 }] : [],
+          statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park)] : [])],
+        };
+      });
+      decision.after?.();
+      if (decision.park) {
+        faultPoint('engine.after-park', declaration.name);
+        throw state.park(decision.park);
+      }
+      faultPoint('engine.after-step-commit', declaration.name);
+      return decode(state.finished.get(entered.instance)!, entered.instance);
+    },
+    decode,
+  );
+}

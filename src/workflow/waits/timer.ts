@@ -1,0 +1,46 @@
+/**
+ * Durable timers: `sleep(ms)` and `sleepUntil(date)`. The wake time is
+ * computed once, from stepkey's clock (the database's now, plus a test's
+ * offset), and recorded with the park; a resumed or replayed run never
+ * restarts its timer, and a time already past continues at once.
+ */
+import { StepkeyError } from '../../errors/stepkey-error.js';
+import type { StepUse } from '../handles.js';
+import type { StepTarget } from '../steps.js';
+import { runWait } from './settle.js';
+
+export function sleepStep(target: StepTarget, ms: number, use: StepUse | undefined): Promise<void> {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+    return Promise.reject(
+      new StepkeyError('invalid_input', `Step '${target.declaration.name}': sleep(ms) needs a finite number of milliseconds ≥ 0, got ${String(ms)}.`),
+    );
+  }
+  return timer({ ...target, use }, (nowMs) => nowMs + ms);
+}
+
+export function sleepUntilStep(target: StepTarget, date: Date, use: StepUse | undefined): Promise<void> {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    return Promise.reject(
+      new StepkeyError('invalid_input', `Step '${target.declaration.name}': sleepUntil(date) needs a valid Date, got ${describe(date)}.`),
+    );
+  }
+  return timer({ ...target, use }, () => date.getTime());
+}
+
+function timer(target: StepTarget, wakeAt: (nowMs: number) => number): Promise<void> {
+  const { state } = target;
+  return runWait(
+    target,
+    async ({ instance }, _q, nowMs) => {
+      const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs ?? wakeAt(nowMs);
+      if (wakeAtMs <= nowMs) return { finish: { ok: true, body: JSON.stringify({ until: new Date(wakeAtMs).toISOString() }) } };
+      return { park: { kind: 'timer', step: instance, for: null, wakeAtMs } };
+    },
+    () => undefined,
+  ) as Promise<void>;
+}
+
+function describe(value: unknown): string {
+  if (value instanceof Date) return 'an invalid Date';
+  return value === null ? 'null' : typeof value === 'string' ? `the string ${JSON.stringify(value)}` : typeof value;
+}
