@@ -9,8 +9,9 @@
  *
  * `--app PATH` names the module; without it, ./stepkey.config.ts (or .js,
  * .mjs) in the working directory is used when present. The same exports on a
- * default-exported object work too. A TypeScript module loads when the CLI
- * runs under `node --import tsx`.
+ * default-exported object work too. A TypeScript module that Node cannot load
+ * by itself is loaded through tsx (an optional peer: the CLI registers
+ * `tsx/esm/api` when it is installed, and says to install it when not).
  */
 import { existsSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
@@ -55,15 +56,10 @@ export async function loadAppModule(context: CliContext, options: { required: bo
   }
   let loaded: Record<string, unknown>;
   try {
-    loaded = (await import(pathToFileURL(path).href)) as Record<string, unknown>;
+    loaded = await importModule(path);
   } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    const hint =
-      code === 'ERR_UNKNOWN_FILE_EXTENSION' ? ' (a TypeScript module needs the CLI to run under `node --import tsx`)' : '';
-    throw new CliFailure(
-      'app_module',
-      `Could not load the app module '${path}': ${error instanceof Error ? error.message : String(error)}${hint}`,
-    );
+    if (error instanceof CliFailure) throw error;
+    throw new CliFailure('app_module', `Could not load the app module '${path}': ${error instanceof Error ? error.message : String(error)}`);
   }
   const fallback = (loaded.default && typeof loaded.default === 'object' ? loaded.default : {}) as Record<string, unknown>;
   const pick = (name: string) => loaded[name] ?? fallback[name];
@@ -75,6 +71,37 @@ export async function loadAppModule(context: CliContext, options: { required: bo
     migrations: listOf(pick('migrations'), 'migrations', path, (item): item is AppMigrations =>
       typeof (item as AppMigrations | null)?.folder === 'string'),
   };
+}
+
+const typescriptFile = /\.[cm]?tsx?$/;
+let tsxRegistered = false;
+
+/**
+ * Imports the module. A TypeScript file that Node cannot load by itself
+ * (Node 20 knows no .ts; later versions strip types but do not map './x.js'
+ * to x.ts) is imported again with tsx registered.
+ */
+async function importModule(path: string): Promise<Record<string, unknown>> {
+  const href = pathToFileURL(path).href;
+  try {
+    return (await import(href)) as Record<string, unknown>;
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (tsxRegistered || !typescriptFile.test(path) || (code !== 'ERR_UNKNOWN_FILE_EXTENSION' && code !== 'ERR_MODULE_NOT_FOUND')) throw error;
+  }
+  let tsx: { register: () => unknown };
+  try {
+    tsx = (await import('tsx/esm/api')) as { register: () => unknown };
+  } catch {
+    throw new CliFailure(
+      'app_module',
+      `The app module '${path}' is TypeScript, and loading it needs tsx: npm install --save-dev tsx (or point --app at compiled JavaScript).`,
+    );
+  }
+  tsx.register();
+  tsxRegistered = true;
+  // A fresh URL: Node keeps the failed load of the plain one.
+  return (await import(`${href}?stepkey-tsx`)) as Record<string, unknown>;
 }
 
 function listOf<T>(value: unknown, name: string, path: string, accept: (item: unknown) => item is T): T[] {

@@ -41,10 +41,37 @@ export function errorMessage(text: string | null | undefined): string {
   return text;
 }
 
+/** Where Postgres raised a stored error (or one of its causes): `SQLSTATE 42P01, table orders`, or ''. */
+export function databaseNote(text: string | null | undefined): string {
+  if (!text) return '';
+  try {
+    type Stored = { db?: { sqlState?: string; table?: string; column?: string; constraint?: string }; cause?: Stored };
+    for (let current: Stored | undefined = JSON.parse(text) as Stored; current; current = current.cause) {
+      const db = current.db;
+      if (db?.sqlState) {
+        const parts = [`SQLSTATE ${db.sqlState}`];
+        if (db.table) parts.push(`table ${db.table}`);
+        if (db.column) parts.push(`column ${db.column}`);
+        if (db.constraint) parts.push(`constraint ${db.constraint}`);
+        return parts.join(', ');
+      }
+    }
+  } catch {
+    // Not JSON: nothing to add.
+  }
+  return '';
+}
+
+/** The message of a stored error and, when Postgres raised it, its SQLSTATE. */
+export function errorLine(text: string | null | undefined): string {
+  const note = databaseNote(text);
+  return note ? `${errorMessage(text)} [${note}]` : errorMessage(text);
+}
+
 /** A stored outcome in a few words: the value's JSON, or "error: message". */
 export function summarizeOutcome(text: string | null, ok: boolean | null, max = 72): string {
   if (text === null) return '';
-  if (ok === false) return truncate(`error: ${errorMessage(text)}`, max);
+  if (ok === false) return truncate(`error: ${errorLine(text)}`, max);
   return text === '' ? '(no value)' : truncate(text, max);
 }
 

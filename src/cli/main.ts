@@ -14,12 +14,16 @@ import { pathToFileURL } from 'node:url';
 import { commandHelp, exitCodeHelp, globalOptions, parseCommand, splitCommand, stringFlag, wantsHelp } from './args.js';
 import { cancelCommand } from './commands/cancel.js';
 import { checkCommand } from './commands/check.js';
+import { dashboardCommand } from './commands/dashboard.js';
 import { inspectCommand } from './commands/inspect.js';
 import { jobsCommand } from './commands/jobs.js';
 import { migrateCommand } from './commands/migrate.js';
 import { purgeCommand } from './commands/purge.js';
 import { resumeCommand } from './commands/resume.js';
+import { resolveCommand } from './commands/resolve.js';
+import { rerunCommand } from './commands/rerun.js';
 import { runsCommand } from './commands/runs.js';
+import { queuesCommand } from './commands/queues.js';
 import { workerCommand } from './commands/worker.js';
 import { CliContext, type CliIO, type Command } from './context.js';
 import { debugText, describeError, ExitCode, UsageError } from './errors.js';
@@ -30,10 +34,14 @@ export const commands: readonly Command[] = [
   purgeCommand,
   inspectCommand,
   runsCommand,
+  queuesCommand,
   cancelCommand,
   resumeCommand,
+  resolveCommand,
+  rerunCommand,
   jobsCommand,
   checkCommand,
+  dashboardCommand,
 ];
 
 export function overviewHelp(): string {

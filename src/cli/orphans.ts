@@ -13,7 +13,7 @@ import { systemClock } from '../db/clock.js';
 import type { Effect } from '../outbox/effect.js';
 import type { Workflow } from '../workflow/define.js';
 import { plural } from './format.js';
-import { jobsByTask, runsByVersion, stepsByVersion, type VersionUsage } from './sql/live-usage.js';
+import { jobsByTask, runsByVersion, stepsByVersion, type VersionUsage } from '../read/sql/live-usage.js';
 
 export interface OrphanedRuns {
   kind: 'version_unregistered' | 'step_undeclared';

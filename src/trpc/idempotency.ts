@@ -14,12 +14,16 @@
  *   Postgres unavailable   503 + Retry-After (fail closed), or — before the
  *                     resolver ran — run without idempotency when the
  *                     procedure says so (fail open); other database
- *                     failures 500. No answer shows the driver's message.
+ *                     failures 500. No answer shows the driver's message:
+ *                     a 500 says "…failed (error id err-…)" and the log line
+ *                     with that id has the error (internal-error.ts).
  *
  * Keys are scoped by the caller (config.scope); an unidentified caller gets
- * 401 rather than a shared scope. Use the middleware after `.input()`, so the
- * fingerprint covers the validated input; placed before it, every keyed call
- * is refused with a 500 that says so.
+ * 401 rather than a shared scope. The fingerprint covers the procedure path
+ * and the input as the caller sent it (see keys/fingerprint.ts). Use the
+ * middleware after `.input()`, so that a schema error is answered before
+ * anything is claimed; placed before it, every keyed call is refused with a
+ * 500 that says so.
  */
 import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
 import type { DrizzleTx } from '../db/connect.js';
@@ -32,10 +36,12 @@ import type { Engine } from '../workflow/engine.js';
 import type { Workflow } from '../workflow/define.js';
 import { decodeValue, encodeValue } from '../workflow/values.js';
 import { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
-import { fingerprintOrBadRequest, inProgress, mismatch, readKeyedRequest, validatedInput } from './keyed-request.js';
+import { fingerprintsOrBadRequest, inProgress, markReplayed, mismatch, readKeyedRequest, validatedInput } from './keyed-request.js';
 import { replayResult } from './replay-result.js';
 import { defaultRequestAccess, type RequestAccess } from './request-access.js';
 import { toServiceError } from './service-error.js';
+import { errorReport, internalServerError, isWrappedUnexpected } from './internal-error.js';
+import type { Logger } from '../log/logger.js';
 import { outputTransformer, type TransformerOption } from './transformer.js';
 import { workflowMiddleware, type WorkflowProcedureOptions } from './workflow-procedure.js';
 
@@ -49,6 +55,12 @@ export interface IdempotencyConfig<Ctx extends object> {
   transformer?: TransformerOption;
   /** How to read headers from ctx and set response headers (default: Node and fetch adapters). */
   access?: RequestAccess<Ctx>;
+  /**
+   * Where an internal failure's full error is logged with the error id its 500
+   * names (event `trpc.internal_error`): a pino logger or one with its
+   * methods, false for none (default: pino if installed).
+   */
+  logger?: Logger | false;
 }
 
 export interface ProcedureIdempotencyOptions {
@@ -112,9 +124,8 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
       return workflowMiddleware(config, access, workflow, options);
     },
     /**
-     * Claim-and-commit around a procedure. Use it after `.input()`: the
-     * fingerprint covers the validated input, and a call that reaches it
-     * before validation is refused as misconfigured.
+     * Claim-and-commit around a procedure. Use it after `.input()`: a call
+     * that reaches it before validation is refused as misconfigured.
      */
     procedure<O extends ProcedureIdempotencyOptions = Record<never, never>>(options: O = {} as O) {
       const mode = options.mode ?? 'required';
@@ -127,13 +138,13 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
         const request = readKeyedRequest(config, access, ctx, mode);
         if (!request) return opts.next<Overrides>({ ctx: pass(undefined) });
         const input = await validatedInput(opts, 'idempotency.procedure()');
-        const fingerprint = fingerprintOrBadRequest(opts.path, input, options.exclude);
+        const fingerprints = fingerprintsOrBadRequest(opts.path, input, options.exclude);
         const what = `result of ${opts.path}`;
         let first: Result | undefined;
         let result;
         try {
           result = await config.ledger.once(
-            { ...request, fingerprint, kind: 'request', name: opts.path },
+            { ...request, ...fingerprints, kind: 'request', name: opts.path },
             async ({ sql, db }) => {
               first = await opts.next<Overrides>({ ctx: pass({ ...request, sql, db, bypassed: false }) });
               if (!first.ok) throw forTheLedger(first.error);
@@ -148,20 +159,23 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
             },
           );
         } catch (error) {
+          // An unexpected error (tRPC wrapped it: its message is the thrown one) answers an error id, not its text.
+          if (error instanceof TRPCError && isWrappedUnexpected(error)) throw internalServerError(error.cause, errorReport(config, opts.path, request));
           if (!isStepkeyError(error)) throw error;
           // Fail open only on an outage, and only if the resolver has not run: it must not run twice.
           if (error.code === 'database_unavailable' && !first && options.onLedgerDown === 'open') {
             return opts.next<Overrides>({ ctx: pass({ ...request, bypassed: true }) });
           }
-          throw toServiceError(error, access, ctx);
+          throw toServiceError(error, access, ctx, errorReport(config, opts.path, request));
         }
         switch (result.state) {
           case 'executed':
             faultPoint('trpc.before-response', opts.path);
+            // A stored error: deliberate (a 4xx or non-retryable one), answered as it is.
             if (!result.ok) throw result.error;
             return first!;
           case 'replay': {
-            access.setHeader(ctx, 'Idempotent-Replayed', 'true');
+            markReplayed(access, ctx, 'procedure');
             if (!result.outcome.ok) throw trpcErrorFromStored(JSON.parse(result.outcome.body));
             const stored = decodeValue(result.outcome.body, undefined, what);
             return replayResult<Result>(ctx, stored === undefined ? undefined : transformer.deserialize(stored));
@@ -169,7 +183,7 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
           case 'in_progress':
             throw inProgress(access, ctx, result.retryAfterMs);
           case 'mismatch':
-            throw mismatch(result.existing.name);
+            throw mismatch(result.existing, { kind: 'request', name: opts.path });
         }
       });
     },

@@ -1,6 +1,7 @@
 /**
- * stepkey/trpc: idempotent tRPC procedures (server) and the link that keys
- * and retries mutations (client).
+ * stepkey/trpc: idempotent tRPC procedures and workflow procedures (server).
+ * The client link has an entry point of its own, stepkey/trpc/client, which
+ * loads nothing of the server.
  */
 export {
   createIdempotency,
@@ -11,7 +12,13 @@ export {
   type ProcedureIdempotencyOptions,
 } from './idempotency.js';
 export { retryAfterSeconds } from './keyed-request.js';
-export { type RunContextForResolver, type WorkflowProcedureOptions } from './workflow-procedure.js';
+export {
+  answersWaiting,
+  waitingAnswer,
+  type RunContextForResolver,
+  type WaitingAnswer,
+  type WorkflowProcedureOptions,
+} from './workflow-procedure.js';
 export {
   createWorkflowRouter,
   type BaseProcedure,
@@ -25,4 +32,3 @@ export { defaultRequestAccess, type RequestAccess } from './request-access.js';
 export { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
 export { toServiceError } from './service-error.js';
 export type { DataTransformerLike, TransformerOption } from './transformer.js';
-export { idempotencyLink, idempotencyHeaders, isRetryableError, type IdempotencyLinkOptions } from './link.js';

@@ -1,11 +1,12 @@
 /**
  * What every keyed call goes through before anything is claimed — one
  * well-formed key, not in a batch of several operations, from an identified
- * caller, with a validated input to fingerprint — and the answers that
+ * caller, with an input to fingerprint — and the answers that
  * idempotent procedures, workflow procedures and createWorkflowRouter share.
  */
 import { TRPCError } from '@trpc/server';
-import { purposeFingerprint } from '../keys/fingerprint.js';
+import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
+import { instrument } from '../telemetry/instrumentation.js';
 import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './header.js';
 import type { IdempotencyConfig } from './idempotency.js';
 import type { RequestAccess } from './request-access.js';
@@ -66,8 +67,9 @@ export interface MiddlewareInput {
  * answer. That is a wiring mistake, refused with a 500 that says how to fix it
  * before anything is claimed.
  */
-export async function validatedInput(opts: MiddlewareInput, middleware: string): Promise<unknown> {
-  if (opts.input === undefined && (await opts.getRawInput()) !== undefined) {
+export async function validatedInput(opts: MiddlewareInput, middleware: string): Promise<{ raw: unknown; validated: unknown }> {
+  const raw = await opts.getRawInput();
+  if (opts.input === undefined && raw !== undefined) {
     throw new TRPCError({
       code: 'INTERNAL_SERVER_ERROR',
       message:
@@ -76,19 +78,46 @@ export async function validatedInput(opts: MiddlewareInput, middleware: string):
         `e.g. t.procedure.input(schema).use(${middleware}). (A procedure without .input() takes no input.)`,
     });
   }
-  return opts.input;
+  return { raw, validated: opts.input };
 }
 
-export function fingerprintOrBadRequest(path: string, input: unknown, exclude: string[] | undefined): string {
+/** A keyed call's fingerprint (v2: the input as sent), and its v1 form for rows stored before v2. */
+export interface RequestFingerprints {
+  fingerprint: string;
+  legacyFingerprint: () => string;
+}
+
+/**
+ * The fingerprints of a call: over the raw input (before the schema's
+ * defaults, so a deploy that adds a defaulted field keeps retries identical)
+ * and, lazily, the legacy one over the validated input. An input that cannot
+ * be fingerprinted is a 400.
+ */
+export function fingerprintsOrBadRequest(
+  path: string,
+  input: { raw: unknown; validated: unknown },
+  exclude: string[] | undefined,
+): RequestFingerprints {
+  const options = exclude ? { exclude } : {};
   try {
-    return purposeFingerprint(path, input, exclude ? { exclude } : {});
+    return {
+      fingerprint: purposeFingerprint(path, input.raw, options),
+      legacyFingerprint: () => legacyPurposeFingerprint(path, input.validated, options),
+    };
   } catch (error) {
     throw new TRPCError({ code: 'BAD_REQUEST', message: (error as Error).message, cause: error });
   }
 }
 
+/** Marks the answer a replay of the stored outcome. */
+export function markReplayed<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx, via: 'procedure' | 'workflow'): void {
+  instrument.replayed(via);
+  access.setHeader(ctx, 'Idempotent-Replayed', 'true');
+}
+
 /** 409 with Retry-After: another attempt with this key is still working. */
 export function inProgress<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx, retryAfterMs: number): TRPCError {
+  instrument.answered(409);
   const seconds = retryAfterSeconds(retryAfterMs);
   access.setHeader(ctx, 'Retry-After', seconds);
   return new TRPCError({
@@ -97,10 +126,24 @@ export function inProgress<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx, retryAfter
   });
 }
 
-/** 422: the key already names another operation (another procedure, or another input). */
-export function mismatch(existingName: string | null): TRPCError {
-  return new TRPCError({
-    code: 'UNPROCESSABLE_CONTENT',
-    message: `This ${IDEMPOTENCY_KEY_HEADER} was already used for another request (${existingName ?? 'unknown'} with different input); a key names one operation.`,
-  });
+/** What a key was first used for, as the ledger row records it. */
+export interface KeyUse {
+  kind: string;
+  name: string | null;
+}
+
+/**
+ * 422: the key already names another operation. The answer says which: a
+ * procedure or workflow of another name, or the same one with other input
+ * (for a workflow, the same workflow reached through another procedure looks
+ * the same).
+ */
+export function mismatch(existing: KeyUse, current: { kind: 'request' | 'run'; name: string }): TRPCError {
+  const what = (use: KeyUse) => `${use.kind === 'run' ? 'workflow' : 'procedure'} ${use.name ?? '(unnamed)'}`;
+  const other = existing.kind !== current.kind || existing.name !== current.name;
+  instrument.answered(422);
+  const message = other
+    ? `This ${IDEMPOTENCY_KEY_HEADER} was already used for another operation, ${what(existing)}; a key names one operation: use a new key for ${current.name}.`
+    : `This ${IDEMPOTENCY_KEY_HEADER} was already used for ${what(current)} with different input${current.kind === 'run' ? ' (or through another procedure)' : ''}; a key names one request: use a new key for a changed request.`;
+  return new TRPCError({ code: 'UNPROCESSABLE_CONTENT', message });
 }

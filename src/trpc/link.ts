@@ -1,8 +1,11 @@
 /**
  * The client side: a tRPC link that gives each logical mutation one
- * Idempotency-Key (a UUID, minted once, before the first attempt) and retries
- * it with that same key on network errors, timeouts, 409, 429, 503 and other
- * 5xx — honouring Retry-After — a bounded number of times.
+ * Idempotency-Key (a UUID, minted once, before the first attempt, or the
+ * caller's own in `context.idempotencyKey`) and retries it with that same key
+ * on network errors, timeouts, 408, 409, 429 and 5xx — honouring Retry-After —
+ * for a bounded time: by default longer than a run's lease plus a sweep, so
+ * that a run whose process died is taken over while the client still waits.
+ * Any other answer is final: a 2xx (a 202 for a run that waits, say) or a 4xx.
  *
  *   links: [
  *     idempotencyLink(),
@@ -22,9 +25,16 @@ import type { AnyRouter } from '@trpc/server';
 import { observable } from '@trpc/server/observable';
 
 export interface IdempotencyLinkOptions {
-  /** Attempts in all, the first included (default 5). */
+  /**
+   * How long to keep retrying, from the first attempt (default 20 s). A run
+   * whose process died is answered 409 until its lease (8 s by default) runs
+   * out and a sweep (1 s) or the retry itself takes it over: the default
+   * outlasts both.
+   */
+  retryForMs?: number;
+  /** Attempts in all, the first included (default: as many as fit in retryForMs). */
   maxAttempts?: number;
-  /** First wait (default 200 ms), doubled each time up to maxDelayMs (default 5 s). Retry-After wins. */
+  /** First wait (default 200 ms), doubled each time up to maxDelayMs (default 5 s). Retry-After wins, up to maxDelayMs. */
   baseDelayMs?: number;
   maxDelayMs?: number;
   /** Which operations get a key (default: mutations). */
@@ -32,6 +42,9 @@ export interface IdempotencyLinkOptions {
   /** Key factory (default: crypto.randomUUID). */
   newKey?: () => string;
 }
+
+/** The default retry budget: one lease (8 s) and one sweep (1 s), with room for the resumed run to answer. */
+export const DEFAULT_RETRY_FOR_MS = 20_000;
 
 const retryableStatus = (status: number) => status === 408 || status === 409 || status === 429 || status >= 500;
 
@@ -42,8 +55,9 @@ interface ErrorLike {
   cause?: unknown;
 }
 
+/** The answer's HTTP status: the response's own when there was one, else the one tRPC put in the error. */
 function statusOf(error: ErrorLike): number | undefined {
-  return error.data?.httpStatus ?? error.meta?.response?.status;
+  return error.meta?.response?.status ?? error.data?.httpStatus ?? undefined;
 }
 
 /** Whether an attempt's error may be retried with the same key. */
@@ -69,7 +83,8 @@ export function idempotencyHeaders(op: Operation): Record<string, string> {
 }
 
 export function idempotencyLink<TRouter extends AnyRouter>(options: IdempotencyLinkOptions = {}): TRPCLink<TRouter> {
-  const maxAttempts = options.maxAttempts ?? 5;
+  const retryForMs = options.retryForMs ?? DEFAULT_RETRY_FOR_MS;
+  const maxAttempts = options.maxAttempts ?? Number.POSITIVE_INFINITY;
   const baseDelayMs = options.baseDelayMs ?? 200;
   const maxDelayMs = options.maxDelayMs ?? 5_000;
   const keyed = options.keyed ?? ((op: Operation) => op.type === 'mutation');
@@ -80,6 +95,7 @@ export function idempotencyLink<TRouter extends AnyRouter>(options: IdempotencyL
         if (!keyed(op)) return next(op).subscribe(observer);
         const key = typeof op.context.idempotencyKey === 'string' ? op.context.idempotencyKey : newKey();
         const keyedOp = { ...op, context: { ...op.context, idempotencyKey: key } };
+        const startedAt = Date.now();
         let attempt = 0;
         let timer: ReturnType<typeof setTimeout> | undefined;
         let subscription: { unsubscribe(): void } | undefined;
@@ -88,9 +104,10 @@ export function idempotencyLink<TRouter extends AnyRouter>(options: IdempotencyL
           subscription = next(keyedOp).subscribe({
             next: (value) => observer.next(value),
             error: (error) => {
-              if (attempt < maxAttempts && isRetryableError(error) && !op.signal?.aborted) {
+              const left = retryForMs - (Date.now() - startedAt);
+              if (attempt < maxAttempts && left > 0 && isRetryableError(error) && !op.signal?.aborted) {
                 const backoff = Math.min(maxDelayMs, baseDelayMs * 2 ** (attempt - 1));
-                timer = setTimeout(run, Math.min(maxDelayMs, retryAfterMs(error) ?? backoff));
+                timer = setTimeout(run, Math.min(left, maxDelayMs, retryAfterMs(error) ?? backoff));
               } else {
                 observer.error(error);
               }

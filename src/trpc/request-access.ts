@@ -11,6 +11,12 @@ export interface RequestAccess<Ctx> {
   /** Every value of a request header, one per header line. */
   header(ctx: Ctx, name: string): string[];
   setHeader(ctx: Ctx, name: string, value: string): void;
+  /**
+   * Sets the HTTP status of a successful answer (202 for a run that waits).
+   * The default sets it on a Node response (`ctx.res`); with a fetch adapter,
+   * return it from `responseMeta` (the answer's body says `status: 'waiting'`).
+   */
+  setStatus?(ctx: Ctx, status: number): void;
   /** How many operations the HTTP request carries (1 if not a batch). */
   operations(ctx: Ctx): number;
 }
@@ -30,7 +36,7 @@ interface FetchLikeRequest {
 
 type AnyCtx = {
   req?: NodeLikeRequest | FetchLikeRequest;
-  res?: { setHeader?(name: string, value: string): void };
+  res?: { setHeader?(name: string, value: string): void; statusCode?: number };
   resHeaders?: { set(name: string, value: string): void };
   info?: { isBatchCall?: boolean; calls?: unknown[] };
 };
@@ -60,6 +66,11 @@ export function defaultRequestAccess<Ctx>(): RequestAccess<Ctx> {
       const c = ctx as AnyCtx;
       if (c.resHeaders) c.resHeaders.set(name, value);
       else c.res?.setHeader?.(name, value);
+    },
+    setStatus(ctx, status) {
+      // tRPC's Node adapter keeps a status other than 200 that was set before it answers.
+      const { res } = ctx as AnyCtx;
+      if (res && typeof res.setHeader === 'function') res.statusCode = status;
     },
     operations(ctx) {
       const { info, req } = ctx as AnyCtx;

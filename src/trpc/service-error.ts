@@ -13,11 +13,20 @@
  * - A database failure never shows the driver's message (host, port, SQL) to
  *   the caller; the StepkeyError stays the TRPCError's `cause`, for onError
  *   and the server log.
+ * - A failed run (retries used up, a bug) and a database error answer a fixed
+ *   message with an error id, never the step's own message; the full error is
+ *   logged with the id (internal-error.ts).
  */
 import { TRPCError } from '@trpc/server';
 import type { TRPC_ERROR_CODE_KEY } from '@trpc/server/rpc';
 import type { StepkeyError, StepkeyErrorCode } from '../errors/stepkey-error.js';
 import type { RequestAccess } from './request-access.js';
+import { instrument } from '../telemetry/instrumentation.js';
+import { defaultLogger } from '../log/logger.js';
+import { internalServerError, type ErrorReport } from './internal-error.js';
+
+/** Codes whose message is internal (a step's error, the driver's): answered with an error id instead. */
+const internalCodes = new Set<StepkeyErrorCode>(['run_failed', 'database_error']);
 
 /** Seconds a caller is asked to wait before retrying after a retryable error. */
 const RETRY_AFTER_SECONDS = '1';
@@ -36,16 +45,19 @@ const trpcCodeByStatus: Partial<Record<number, TRPC_ERROR_CODE_KEY>> = {
 /** Messages that replace the error's own, which names internals the caller must not see. */
 const publicMessages: Partial<Record<StepkeyErrorCode, string>> = {
   database_unavailable: `The database is unavailable; retry after ${RETRY_AFTER_SECONDS} s.`,
-  database_error: 'The database failed while handling this request; the server log has the details.',
+  not_migrated: "The database has no stepkey tables yet: run `stepkey migrate` against it (the server log has the details).",
   lease_lost: `The operation for this key was taken over and continues in another process; retry after ${RETRY_AFTER_SECONDS} s with the same Idempotency-Key to get its answer.`,
 };
 
 /**
  * The TRPCError for a StepkeyError; sets Retry-After on the response when the
- * same call may succeed later.
+ * same call may succeed later. `report` says where it happened (and which
+ * logger to use) for the log line of an internal failure.
  */
-export function toServiceError<Ctx>(error: StepkeyError, access: RequestAccess<Ctx>, ctx: Ctx): TRPCError {
+export function toServiceError<Ctx>(error: StepkeyError, access: RequestAccess<Ctx>, ctx: Ctx, report?: ErrorReport): TRPCError {
+  instrument.answered(error.httpStatus);
   if (error.retryable) access.setHeader(ctx, 'Retry-After', RETRY_AFTER_SECONDS);
+  if (internalCodes.has(error.code)) return internalServerError(error, report ?? { log: defaultLogger() });
   return new TRPCError({
     code: trpcCodeByStatus[error.httpStatus] ?? 'INTERNAL_SERVER_ERROR',
     message: publicMessages[error.code] ?? error.message,

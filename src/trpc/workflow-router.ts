@@ -18,19 +18,26 @@ import { isStepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
 import type { RunStatus, StepInfo } from '../workflow/run-info.js';
-import { decodeValue } from '../workflow/values.js';
+import { decodeRunResult } from '../workflow/outcomes.js';
 import type { createIdempotency } from './idempotency.js';
-import { fingerprintOrBadRequest, mismatch, readKeyedRequest } from './keyed-request.js';
+import { fingerprintsOrBadRequest, markReplayed, mismatch, readKeyedRequest, type KeyUse } from './keyed-request.js';
 import { toServiceError } from './service-error.js';
+import { errorReport } from './internal-error.js';
+import type { Queue } from '../flow/define-queue.js';
+import type { QueuePlace } from '../read/sql/queue-places.js';
+import { queueNameOf } from './queued-workflow.js';
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;
 type Idempotency<Ctx extends object> = ReturnType<typeof createIdempotency<Ctx>>;
 
 export interface StartedRun {
   key: string;
-  rootKey: string;
+  /** What the run's step keys derive from (null while another call's start of the run has not committed). */
+  rootKey: string | null;
   /** false when the key already had this run: it was joined, not started again. */
   started: boolean;
+  /** On a queue (the router's `queues` option): true while the run waits for a slot. */
+  queued?: boolean;
 }
 
 export interface RunStatusView<Output> {
@@ -43,6 +50,10 @@ export interface RunStatusView<Output> {
   error?: StoredError;
   attempts: number;
   steps: Pick<StepInfo, 'name' | 'ok' | 'attempts'>[];
+  /** What a waiting run waits for (a queued one: kind 'slot'). */
+  wait?: { kind: string; step: string; until: string | null; for: string | null };
+  /** A run on a queue: its queue, partition, whether it holds a slot, and its position in its partition's line (1: next). */
+  queue?: Pick<QueuePlace, 'queue' | 'partition' | 'priority' | 'holding' | 'position' | 'partitionWaiting'>;
 }
 
 export type WorkflowProcedures<Workflows extends Record<string, Workflow>> = {
@@ -58,8 +69,19 @@ export type WorkflowProcedures<Workflows extends Record<string, Workflow>> = {
 
 /** A procedure builder: `t.procedure`, or one with middlewares (`t.procedure.use(auth)`). */
 export interface BaseProcedure {
-  input: (schema: z.ZodType) => { mutation: (resolver: never) => unknown; query: (resolver: never) => unknown };
+  input: (schema: z.ZodType) => {
+    mutation: (resolver: never) => unknown;
+    query: (resolver: never) => unknown;
+    use: (middleware: never) => { mutation: (resolver: never) => unknown };
+  };
 }
+
+/** Where `start`'s middleware leaves the input as the caller sent it, for the fingerprint. */
+const rawInputKey = Symbol('stepkey.rawInput');
+
+/** Passes the raw input (before the schema's defaults) on to the resolver. */
+const captureRawInput = async (opts: { getRawInput: () => Promise<unknown>; next: (o: { ctx: object }) => Promise<unknown> }) =>
+  opts.next({ ctx: { [rawInputKey]: await opts.getRawInput() } });
 
 /** The part of `initTRPC…create()` this needs: its procedure builder. */
 interface ProcedureFactory {
@@ -73,6 +95,12 @@ export interface WorkflowRouterOptions {
    * before the key is read or claimed.
    */
   procedure?: BaseProcedure;
+  /**
+   * Workflows whose `start` puts the run on a queue (engine.enqueue) instead
+   * of starting it at once, by the workflows' names in this router:
+   * `{ queues: { exportReport: reports } }`.
+   */
+  queues?: Record<string, Queue<any> | string>;
 }
 
 export function createWorkflowRouter<Ctx extends object, Workflows extends Record<string, Workflow>>(
@@ -88,16 +116,24 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
   const record: Record<string, unknown> = {};
   for (const [name, workflow] of Object.entries(workflows)) {
     engine.registry.require(workflow);
-    const start = base.input(workflow.input).mutation((async (opts: { ctx: Ctx; input: unknown; path: string }) => {
+    const queueOption = options.queues?.[name];
+    const queue = queueOption === undefined ? undefined : queueNameOf(queueOption, `createWorkflowRouter: ${name}`);
+    const start = base.input(workflow.input).use(captureRawInput as never).mutation((async (opts: { ctx: Ctx; input: unknown; path: string }) => {
         const request = readKeyedRequest(config, access, opts.ctx, 'required')!;
-        const fingerprint = fingerprintOrBadRequest(opts.path, opts.input, undefined);
+        const raw = (opts.ctx as { [rawInputKey]?: unknown })[rawInputKey];
+        const fingerprints = fingerprintsOrBadRequest(opts.path, { raw, validated: opts.input }, undefined);
         try {
-          const handle = await engine.start(workflow, request, opts.input as never, { fingerprint });
-          if (!handle.started) access.setHeader(opts.ctx, 'Idempotent-Replayed', 'true');
+          if (queue !== undefined) {
+            const handle = await engine.enqueue(workflow, request, opts.input as never, { queue, ...fingerprints });
+            if (!handle.started) markReplayed(access, opts.ctx, 'workflow');
+            return { key: handle.key, rootKey: handle.rootKey, started: handle.started, queued: handle.queued } satisfies StartedRun;
+          }
+          const handle = await engine.start(workflow, request, opts.input as never, fingerprints);
+          if (!handle.started) markReplayed(access, opts.ctx, 'workflow');
           return { key: handle.key, rootKey: handle.rootKey, started: handle.started } satisfies StartedRun;
         } catch (error) {
-          if (isStepkeyError(error, 'mismatch')) throw mismatch(workflow.name);
-          throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx) : error;
+          if (isStepkeyError(error, 'mismatch')) throw mismatch(mismatchedUse(error), { kind: 'run', name: workflow.name });
+          throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx, errorReport(config, opts.path, request)) : error;
         }
       }) as never);
     const status = base.input(z.object({ key: z.string().min(1).max(255) })).query((async (opts: {
@@ -111,7 +147,7 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
         info = await engine.get({ scope, key: opts.input.key });
       } catch (error) {
         // A key the engine refuses is a 400, an unavailable database a 503 + Retry-After.
-        throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx) : error;
+        throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx, errorReport(config, undefined, { scope, key: opts.input.key })) : error;
       }
       if (!info || info.workflow !== workflow.name) return null;
       const view: RunStatusView<unknown> = {
@@ -123,11 +159,29 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
         attempts: info.attempts,
         steps: info.steps.map(({ name: step, ok, attempts }) => ({ name: step, ok, attempts })),
       };
-      if (info.output !== undefined) view.output = decodeValue(info.output, workflow.output, `The result of '${workflow.name}'`);
+      if (info.output !== undefined) {
+        try {
+          // Read with the output schema of the version that ran it.
+          view.output = decodeRunResult(engine.registry, { state: 'completed', body: info.output, workflow: info.workflow, version: info.version });
+        } catch (error) {
+          throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx) : error;
+        }
+      }
       if (info.error) view.error = info.error;
+      if (info.wait) view.wait = { kind: info.wait.kind, step: info.wait.step, until: info.wait.until?.toISOString() ?? null, for: info.wait.for };
+      if (info.queue) {
+        const { queue: onQueue, partition, priority, holding, position, partitionWaiting } = info.queue;
+        view.queue = { queue: onQueue, partition, priority, holding, position, partitionWaiting };
+      }
       return view;
     }) as never);
     record[name] = { start, status };
   }
   return record as WorkflowProcedures<Workflows>;
+}
+
+/** What the key was first used for, from the engine's mismatch error. */
+function mismatchedUse(error: { details: Record<string, unknown> }): KeyUse {
+  const existing = error.details.existing as Partial<KeyUse> | undefined;
+  return { kind: existing?.kind ?? 'run', name: existing?.name ?? null };
 }

@@ -8,8 +8,8 @@ import type { Command } from '../context.js';
 import { CliFailure, ExitCode } from '../errors.js';
 import { plural } from '../format.js';
 import { inspectionJson, renderInspection } from '../inspect-render.js';
-import { findKey, inspectRows } from '../inspect-tree.js';
-import { countScopes } from '../sql/keys-across-scopes.js';
+import { readKeyTree } from '../../read/key-tree.js';
+import { countScopes } from '../../read/sql/keys-across-scopes.js';
 
 export const inspectCommand: Command = {
   name: 'inspect',
@@ -35,12 +35,12 @@ Exit 1 if the key is not found.`,
     const scope = stringFlag(parsed.values, 'scope');
     const app = await loadAppModule(context, { required: false });
     const inspection = await context.withDatabase(async (database) => {
-      const rows = await findKey(database.sql, key, scope);
-      if (rows.length === 0) {
+      const found = await readKeyTree(database.sql, { key, scope }, app?.workflows ?? []);
+      if (found.matches.length === 0) {
         const where = scope !== undefined ? `in scope '${scope}'` : `in any of the ${plural(await countScopes(database.sql), 'scope')}`;
         throw new CliFailure('not_found', `No key '${key}' ${where} (it may never have existed, or has expired and been purged).`);
       }
-      return inspectRows(database.sql, rows, app?.workflows ?? []);
+      return found;
     });
     if (context.json) context.printJson({ key, scope: scope ?? null, matches: inspectionJson(inspection) });
     else for (const line of renderInspection(inspection)) context.line(line);

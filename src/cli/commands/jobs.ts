@@ -3,7 +3,10 @@
  * and `--retry` to run failed jobs again by hand (attempts reset, max attempts
  * restored, due now).
  */
-import { listJobs, retryJobs, type JobRow } from '../../outbox/sql/jobs.js';
+import { listJobs, type JobRow } from '../../read/sql/jobs.js';
+import { retryJobsAction } from '../../actions/retry-jobs.js';
+import { systemClock } from '../../db/clock.js';
+import { cliActor } from '../actor.js';
 import { positiveIntFlag, stringFlag } from '../args.js';
 import type { Command } from '../context.js';
 import { CliFailure, ExitCode, UsageError } from '../errors.js';
@@ -20,8 +23,9 @@ Lists the jobs waiting in graphile-worker: failed for good (attempts used up,
 or a permanent error such as a 4xx from a webhook), retrying (failed at least
 once, due again later), pending, running. With --retry ID,ID… the given failed
 jobs are due again now with their attempts reset — a job failed for good by a
-permanent error gets back the max attempts it had; exit 1 if one of them could
-not be retried (unknown, or locked by a running worker).`,
+permanent error gets back the max attempts it had; each retry is recorded in
+the audit log. Exit 1 if one of them could not be retried (unknown, or locked
+by a running worker).`,
   positionals: [],
   options: {
     status: { type: 'string', value: 'S', description: `only jobs with this status (${statuses.join(', ')})` },
@@ -39,8 +43,7 @@ not be retried (unknown, or locked by a running worker).`,
       if (ids.length === 0 || ids.some((id) => !/^\d+$/.test(id))) {
         throw new UsageError(`--retry takes job ids such as 12,13, not '${retry}'.`, 'jobs');
       }
-      const retried = await context.withDatabase((database) => retryJobs(database.sql, ids));
-      const missed = ids.filter((id) => !retried.includes(id));
+      const { retried, missed } = await context.withDatabase((database) => retryJobsAction(database.sql, systemClock, ids, cliActor()));
       if (context.json) context.printJson({ retried, missed });
       else context.line(`Retried ${plural(retried.length, 'job')}${retried.length ? `: ${retried.join(', ')}` : ''}.`);
       if (missed.length) throw new CliFailure('not_retried', `Not retried (unknown or locked): ${missed.join(', ')}.`);

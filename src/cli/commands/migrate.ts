@@ -15,8 +15,10 @@ export const migrateCommand: Command = {
 Applies stepkey's own migrations, graphile-worker's schema and, if the app
 module exports \`migrations\` (an array of { folder, schema?, table? } drizzle-kit
 output folders; relative folders resolve against the working directory), the
-app's migrations after them. Concurrent migrators wait for each other; running
-it again applies nothing new.`,
+app's migrations after them. An app's migrations are recorded in drizzle's own
+journal (drizzle.__drizzle_migrations) unless schema/table name another, so
+what drizzle-kit migrate applied is never applied again. Concurrent migrators
+wait for each other; running it again applies nothing new.`,
   positionals: [],
   options: {},
   async run(context) {

@@ -6,44 +6,54 @@ import { systemClock } from '../../db/clock.js';
 import { positiveIntFlag, stringFlag } from '../args.js';
 import type { Command } from '../context.js';
 import { ExitCode, UsageError } from '../errors.js';
-import { errorMessage, formatDuration, plural } from '../format.js';
-import { listRuns, runStatuses, type ListedRun, type ListedStatus } from '../sql/runs.js';
+import { errorLine, formatDuration, plural, relative } from '../format.js';
+import { isRunStatusName, runStatusNames } from '../../read/run-status.js';
+import { listRuns, type ListedRun } from '../../read/sql/runs.js';
 import { renderTable } from '../table.js';
+import { queueJson } from '../inspect-render.js';
 
 export const runsCommand: Command = {
   name: 'runs',
-  summary: 'list runs: stuck first, then failed, running, the rest',
+  summary: 'list runs: stuck first, then needing review, failed, running, the rest',
   description: `
 Lists workflow runs with their scope, key, workflow@version, status, attempts,
 age, and the lease left (running), how long ago it expired (stuck: the process
 died and no worker's sweeper took it over — is a worker running?) or the last
-error (failed). Statuses: ${runStatuses.join(', ')}. A failed run marked
-"resumable" goes on with the next call with its key, or \`stepkey resume\`.`,
+error (failed, errored), or what a waiting run waits for and until when — for
+a queued run (engine.enqueue), its queue, partition and position in its
+partition's line (#1 starts next; dispatch's order: priority, then first
+enqueued; --json has the priority and the queue's depth too).
+Statuses: ${runStatusNames.join(', ')}. A failed run (its retries ran out)
+goes on with the next call with its key, or \`stepkey resume\`; an errored run
+ended with a stored error and replays it; a run that needs review waits for
+\`stepkey resolve\`; a waiting run continues on its own when due.`,
   positionals: [],
   options: {
-    status: { type: 'string', value: 'STATUS', description: runStatuses.join('|') },
+    status: { type: 'string', value: 'STATUS', description: runStatusNames.join('|') },
     workflow: { type: 'string', value: 'NAME', description: 'only runs of this workflow' },
     scope: { type: 'string', value: 'S', description: 'only runs in this scope' },
     limit: { type: 'string', value: 'N', description: 'at most N runs (default 50)' },
   },
   async run(context, parsed) {
     const status = stringFlag(parsed.values, 'status');
-    if (status !== undefined && !(runStatuses as readonly string[]).includes(status)) {
-      throw new UsageError(`--status must be one of ${runStatuses.join(', ')}; got '${status}'.`, 'runs');
+    if (status !== undefined && !isRunStatusName(status)) {
+      throw new UsageError(`--status must be one of ${runStatusNames.join(', ')}; got '${status}'.`, 'runs');
     }
     const filter = {
       limit: positiveIntFlag(parsed.values, 'limit', 'runs') ?? 50,
-      ...(status === undefined ? {} : { status: status as ListedStatus }),
+      order: 'attention' as const,
+      ...(status === undefined ? {} : { status }),
       ...optional('workflow', stringFlag(parsed.values, 'workflow')),
       ...optional('scope', stringFlag(parsed.values, 'scope')),
     };
-    const runs = await context.withDatabase((database) => listRuns(database.sql, systemClock, filter));
+    const { runs } = await context.withDatabase((database) => listRuns(database.sql, systemClock, filter));
     if (context.json) {
       context.printJson({
         runs: runs.map((run) => ({
           ...run,
           createdAt: new Date(run.createdAt).toISOString(),
           error: run.error === null ? null : parseStored(run.error),
+          queue: run.queue === null ? null : queueJson(run.queue),
         })),
       });
       return ExitCode.ok;
@@ -85,15 +95,43 @@ function row(run: ListedRun): string[] {
 function detail(run: ListedRun): string {
   switch (run.status) {
     case 'running':
-      return `lease ${formatDuration(run.leaseLeftMs ?? 0)} left`;
+      return `lease ${formatDuration(run.leaseLeftMs ?? 0)} left${run.queue ? `, a slot of queue '${run.queue.queue}'` : ''}`;
     case 'stuck':
       return `lease expired ${formatDuration(-(run.leaseLeftMs ?? 0))} ago`;
+    case 'needs_review':
+      return `step '${run.waitStep}': outcome unknown — stepkey resolve`;
+    case 'waiting':
+      return waitDetail(run);
     case 'failed':
+    case 'errored':
     case 'cancelled':
-      return errorMessage(run.error);
+      return errorLine(run.error);
     default:
       return '';
   }
+}
+
+/**
+ * What a waiting run waits for, and until when: `timer at nap.v1, due in 3m 05s`;
+ * a queued one, its queue and place: `slot of queue 'reports' partition 'acme', #3 of 12`.
+ */
+function waitDetail(run: ListedRun): string {
+  if (run.waitKind === 'slot' && run.queue) {
+    const place = run.queue;
+    const partition = place.partition === '' ? '' : ` partition '${place.partition}'`;
+    const priority = place.priority === 0 ? '' : `, priority ${place.priority}`;
+    return `slot of queue '${place.queue}'${partition}, #${place.position ?? '?'} of ${place.partitionWaiting}${priority}`;
+  }
+  const what =
+    run.waitKind === 'event'
+      ? `event '${run.waitFor}'`
+      : run.waitKind === 'child'
+        ? `child run ${run.waitFor}`
+        : run.waitKind === 'limit'
+          ? `step limit '${run.waitFor}'`
+          : (run.waitKind ?? 'wait');
+  const due = run.wakeAt === null ? '' : `, due ${relative(run.wakeAt - (run.createdAt + run.ageMs))}`;
+  return `${what} at ${run.waitStep ?? '?'}${due}`;
 }
 
 function parseStored(text: string): unknown {

@@ -19,7 +19,10 @@ runs the effect consumers, a sweeper resumes runs whose lease expired, jobs of
 dead workers are unlocked, and expired keys are purged every minute. Prints the
 worker pool's id (the id its jobs are locked under). On SIGTERM or SIGINT it
 stops taking work, lets jobs in flight finish, releases run leases and exits 0.
-If graphile-worker stops by itself, the worker stops and exits 1.
+If graphile-worker stops by itself (a Postgres restart), a new runner takes
+over under a new pool id, with backoff while the database is down; only when
+none can go on (a breaking migration of its schema, an error retrying cannot
+fix) does the worker stop and exit 1.
 Lease length: STEPKEY_LEASE_MS (default 8000).`,
   positionals: [],
   options: {
@@ -46,8 +49,8 @@ Lease length: STEPKEY_LEASE_MS (default 8000).`,
           `concurrency ${concurrency ?? 10}. Stop with SIGTERM or Ctrl-C.`,
       );
     }
-    // runWorker's signal handlers stop the worker and exit the process. If graphile-worker stops by
-    // itself, the worker stops too and `closed` rejects: the error is printed and the exit code is 1.
+    // runWorker's signal handlers stop the worker and exit the process. A graphile-worker runner that
+    // stops by itself is replaced; if none can go on, `closed` rejects: the error is printed, exit code 1.
     await worker.closed;
     return ExitCode.ok;
   },

@@ -1,0 +1,36 @@
+/**
+ * Making a run due: the one way an operator's "resume" is written. The
+ * process that asks does not run the workflow; any sweeper does, within
+ * about one sweep.
+ *
+ * Guarantee: only a failed run (its retries ran out) or a stuck one (in
+ * progress, lease expired), not expired, changes: it is in progress again
+ * with a fresh lease token — fencing out whoever held the old one — and a
+ * lease that has already ended, so the next sweep of any process takes it
+ * (FOR UPDATE SKIP LOCKED, a new token of its own). A failed run on a
+ * queue is parked waiting for a slot instead, by the database in this same
+ * statement (flow_requeue, migration 0009): the queue's next dispatch, in
+ * any sweep, starts it when a slot is free. Like a takeover, it never waits
+ * for a claimant working under the key's advisory lock: then it changes
+ * nothing.
+ */
+import type { Queryable } from '../../db/connect.js';
+import { type Clock, sqlNow } from '../../db/clock.js';
+import type { KeyRef } from '../../ledger/types.js';
+
+export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promise<boolean> {
+  const now = sqlNow(q, clock);
+  const rows = await q`
+    update stepkey.ledger
+       set status = 'in_progress',
+           lease_token = gen_random_uuid(),
+           locked_until = ${now},
+           expires_at = null,
+           updated_at = ${now}
+     where scope = ${ref.scope} and key = ${ref.key} and kind = 'run'
+       and (status = 'failed' or (status = 'in_progress' and locked_until <= ${now}))
+       and (expires_at is null or expires_at > ${now})
+       and (select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)))
+    returning 1`;
+  return rows.length === 1;
+}
