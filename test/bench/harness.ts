@@ -12,6 +12,8 @@ import { withDatabase } from '../helpers/urls.js';
 
 export interface BenchDatabase {
   url: string;
+  /** Another database on the same cluster, migrated, and the function that drops it. */
+  fresh(): Promise<{ url: string; drop(): Promise<void> }>;
   close(): Promise<void>;
 }
 
@@ -22,18 +24,28 @@ export async function benchDatabase(): Promise<BenchDatabase> {
     embedded = await startEmbeddedPostgres({ dir: join(process.cwd(), '.stepkey', 'pg-bench') });
     adminUrl = embedded.url;
   }
-  const name = `stepkey_bench_${randomBytes(3).toString('hex')}`;
-  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
-  const url = withDatabase(adminUrl, name);
-  await migrate(url);
+  const create = async () => {
+    const name = `stepkey_bench_${randomBytes(3).toString('hex')}`;
+    const admin = postgres(adminUrl!, { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create database ${name}`);
+    await admin.end();
+    const url = withDatabase(adminUrl!, name);
+    await migrate(url);
+    return {
+      url,
+      async drop() {
+        const dropper = postgres(adminUrl!, { max: 1, onnotice: () => {} });
+        await dropper.unsafe(`drop database if exists ${name} with (force)`);
+        await dropper.end();
+      },
+    };
+  };
+  const first = await create();
   return {
-    url,
+    url: first.url,
+    fresh: create,
     async close() {
-      const dropper = postgres(adminUrl!, { max: 1, onnotice: () => {} });
-      await dropper.unsafe(`drop database if exists ${name} with (force)`);
-      await dropper.end();
+      await first.drop();
       await embedded?.stop();
     },
   };

@@ -1,24 +1,33 @@
 /**
  * `npm run bench [name …]`: runs the benchmarks and prints their tables.
- * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs).
+ * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs). `workflow-cost`
+ * prints the workflow benchmark's per-operation table alone.
  */
 import { ledgerBench } from './ledger.bench.js';
-import { workflowBench } from './workflow.bench.js';
+import { workflowBench, workflowCostBench } from './workflow.bench.js';
 import { trpcBench } from './trpc.bench.js';
 import { outboxBench } from './outbox.bench.js';
 import { recoveryBench } from './recovery.bench.js';
+import { waitsBench } from './waits.bench.js';
+import { flowBench } from './flow.bench.js';
+import { limitsBench } from './limits.bench.js';
 
 const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
   ledger: ledgerBench,
   workflow: workflowBench,
+  'workflow-cost': workflowCostBench,
   trpc: trpcBench,
   outbox: outboxBench,
   recovery: recoveryBench,
+  waits: waitsBench,
+  flow: flowBench,
+  limits: limitsBench,
 };
 
 const wanted = process.argv.slice(2);
 const options = { ops: Number(process.env.BENCH_OPS ?? 2000), runs: Number(process.env.BENCH_RUNS ?? 3) };
-for (const name of wanted.length ? wanted : Object.keys(benches)) {
+// workflow-cost is a part of workflow, for a quick look: not run by default.
+for (const name of wanted.length ? wanted : Object.keys(benches).filter((name) => name !== 'workflow-cost')) {
   const bench = benches[name];
   if (!bench) {
     console.error(`unknown benchmark '${name}'; known: ${Object.keys(benches).join(', ')}`);

@@ -4,7 +4,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { crashTest } from '../../src/testing/crash-kit.js';
 import { startPaymentService, type PaymentService } from '../../workflows/payments/service.js';
 import { seed } from '../../workflows/seed.js';
@@ -29,13 +29,20 @@ describe('the checkout workflow under the crash kit', () => {
       scope: 'acme',
       env: { PAYMENTS_URL: payments.url },
       effects: {
-        order: (ref) => count(db().sql`select count(*)::int as n from shop.orders where run_key = ${rootKey(ref.scope, ref.key)}`),
+        order: (ref) => count(db().sql`select count(*)::int as n from shop.orders where run_key = ${ref.rootKey}`),
         charge: (ref) =>
           count(db().sql`select count(*)::int as n from payments.charges
-                          where idempotency_key = ${childKey(rootKey(ref.scope, ref.key), 'charge-card.v1')}`),
+                          where idempotency_key = ${childKey(ref.rootKey, 'charge-card.v1')}`),
         email: (ref) =>
           count(db().sql`select count(*)::int as n from shop.mailbox
-                          where message_key = ${childKey(rootKey(ref.scope, ref.key), 'send-confirmation.v1')}`),
+                          where message_key = ${childKey(ref.rootKey, 'send-confirmation.v1')}`),
+      },
+      callees: {
+        payments: {
+          step: 'charge-card.v1',
+          dedupes: true,
+          count: async (key) => ({ seen: payments.requestsFor(key), succeeded: payments.successesFor(key) }),
+        },
       },
       // Order ids and payment ids belong to each run; the rest must match the uninterrupted run.
       compare: (result, control) => {
@@ -54,6 +61,13 @@ describe('the checkout workflow under the crash kit', () => {
         'outbox.after-apply:email.send-confirmation',
       ]),
     );
-    expect(reached.length).toBeGreaterThanOrEqual(12);
+    expect(reached.length).toBeGreaterThanOrEqual(13);
+    // Killed after the payment service answered: the checkout's reconcile found the charge by its key.
+    expect(report.outcomes.find((o) => o.fault === 'engine.in-call:charge-card.v1')!.callees.payments).toMatchObject({
+      seen: 1,
+      started: 1,
+      succeededEnds: 0,
+      unknown: 1,
+    });
   }, 240_000);
 });

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, chmodSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
@@ -8,6 +8,7 @@ import { spawnScript } from '../../src/testing/child-process.js';
 import { processAlive as alive } from '../../src/embedded/process-alive.js';
 
 const root = join(fileURLToPath(new URL('../..', import.meta.url)), '.stepkey');
+mkdirSync(root, { recursive: true });
 const dir = mkdtempSync(join(root, 'pg-e2e-'));
 chmodSync(dir, 0o755);
 const owner = fileURLToPath(new URL('../helpers/scripts/embedded-owner.ts', import.meta.url));

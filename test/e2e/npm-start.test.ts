@@ -4,7 +4,7 @@
  * `npm run demo`'s checks, and Ctrl-C (SIGINT) leaving no process behind.
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -13,10 +13,11 @@ import { processAlive } from '../../src/embedded/process-alive.js';
 import type { RunningApp } from '../../workflows/supervisor/state-file.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
+mkdirSync(join(root, '.stepkey'), { recursive: true });
 const dataDir = mkdtempSync(join(root, '.stepkey', 'npm-start-'));
 chmodSync(dataDir, 0o755);
 const run = promisify(execFile);
-const env: NodeJS.ProcessEnv = { ...process.env, STEPKEY_DATA_DIR: dataDir, PORT: '0', PAYMENTS_PORT: '0', STEPKEY_LEASE_MS: '2000' };
+const env: NodeJS.ProcessEnv = { ...process.env, STEPKEY_DATA_DIR: dataDir, PORT: '0', PAYMENTS_PORT: '0', DASHBOARD_PORT: '0', STEPKEY_LEASE_MS: '2000' };
 delete env.DATABASE_URL;
 
 let npmPid: number | undefined;
@@ -49,6 +50,11 @@ describe('npm start', () => {
     }
     const curl = /(curl -i -X POST[\s\S]*?\}')/.exec(output)?.[1];
     expect(curl, output).toBeDefined();
+    // The dashboard, its browser app built if it was missing.
+    const dashboardUrl = /dashboard (http:\/\/127\.0\.0\.1:\d+\/)/.exec(output)?.[1];
+    expect(dashboardUrl, output).toBeDefined();
+    expect((await fetch(dashboardUrl!)).status).toBe(200);
+    expect(await (await fetch(`${dashboardUrl}api/session`)).json()).toMatchObject({ canRead: true, tokenConfigured: true });
 
     const first = (await run('sh', ['-c', curl!])).stdout;
     const second = (await run('sh', ['-c', curl!])).stdout;
@@ -66,7 +72,8 @@ describe('npm start', () => {
     // The demo killed the worker; npm start has started (or is starting) another.
     const readState = () => JSON.parse(readFileSync(join(dataDir, 'processes.json'), 'utf8')) as RunningApp;
     await expect.poll(() => processAlive(readState().worker), { timeout: 30_000 }).toBe(true);
-    expect(output).toMatch(/worker exited \(SIGKILL\); starting another/);
+    expect(output).toMatch(/stepkey: worker: exited on SIGKILL; restarting in 0\.5 s/);
+    await expect.poll(() => /stepkey: worker: restarted \(pid \d+, restart 1\)/.test(output), { timeout: 30_000 }).toBe(true);
     const state = readState();
     const postmaster = Number(readFileSync(join(dataDir, 'postgres', 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
     const pids = [state.supervisor, state.api, state.worker, state.payments, state.postgres!, postmaster];

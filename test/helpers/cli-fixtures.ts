@@ -4,7 +4,7 @@
  * and turned back into in-progress ones with a lease of our choosing.
  */
 import { expect } from 'vitest';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { TestDatabase } from './database.js';
 import { testEngine } from './engine.js';
@@ -16,13 +16,14 @@ export async function completedCheckout(db: TestDatabase, scope: string) {
   const engine = testEngine(db, workflows);
   const key = uniqueKey('order');
   await engine.run(checkout, { scope, key }, { cents: 500 });
+  const root = (await engine.get({ scope, key }))!.rootKey;
   await engine.shutdown();
-  const chargeKey = childKey(rootKey(scope, key), 'charge.v1');
+  const chargeKey = childKey(root, 'charge.v1');
   await new Ledger({ sql: db.sql }).once(
     { scope: 'payments/x', key: chargeKey, fingerprint: 'f', name: 'payments.charge' },
     async () => ({ id: 'ch_1', amountCents: 500 }),
   );
-  return { key, chargeKey, confirmKey: childKey(rootKey(scope, key), 'confirm.v1') };
+  return { key, chargeKey, confirmKey: childKey(root, 'confirm.v1') };
 }
 
 /** A cli-checkout run that failed in confirm.v1 after recording reserve.v1 and charge.v1. */

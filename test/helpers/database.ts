@@ -37,13 +37,24 @@ export async function createTestDatabase(): Promise<{ name: string; url: string;
   };
 }
 
+/**
+ * A file's pool size: what it asks for, capped by STEPKEY_TEST_POOL_MAX when
+ * set. The database tests against a shared server (PostgreSQL 15's 100
+ * connections, four files at once) run with a cap so that files asking for 60
+ * each cannot exhaust it for the processes the other files spawn.
+ */
+export function testPoolSize(wanted: number): number {
+  const cap = Number(process.env.STEPKEY_TEST_POOL_MAX);
+  return Number.isInteger(cap) && cap > 0 ? Math.min(wanted, cap) : wanted;
+}
+
 export function useTestDatabase(options: { max?: number } = {}): () => TestDatabase {
   let database: TestDatabase | undefined;
   let drop: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     const created = await createTestDatabase();
     drop = created.drop;
-    database = Object.assign(connect(created.url, { max: options.max ?? 10 }), { name: created.name });
+    database = Object.assign(connect(created.url, { max: testPoolSize(options.max ?? 10) }), { name: created.name });
   });
   afterAll(async () => {
     await database?.close();

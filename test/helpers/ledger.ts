@@ -13,3 +13,11 @@ export function uniqueKey(prefix = 'key'): string {
   counter += 1;
   return `${prefix}-${process.pid}-${Date.now().toString(36)}-${counter}`;
 }
+
+/** The root a run's (or an enqueued effect's) keys derive from, as its row stored it. */
+export async function storedRoot(db: TestDatabase, ref: { scope: string; key: string }): Promise<string> {
+  const [row] = await db.sql<{ root: string | null }[]>`
+    select root_key as root from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
+  if (!row?.root) throw new Error(`no stored root for ${ref.scope}/${ref.key}`);
+  return row.root;
+}

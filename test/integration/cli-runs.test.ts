@@ -63,16 +63,16 @@ describe('cancel and resume', () => {
     await expect(engine.run(gated, { scope, key }, { n: 7 })).rejects.toThrow(/gate closed/);
     await engine.shutdown();
 
-    const stillClosed = await cli(['resume', key, '--scope', scope, '--app', app]);
+    const stillClosed = await cli(['resume', key, '--scope', scope, '--app', app, '--here']);
     expect(stillClosed.code).toBe(1);
     expect(stillClosed.stderr).toMatch(/^stepkey: .*gate closed.*resumable/);
 
     await db().sql`insert into cli_gate values (true)`;
-    const resumed = await cli(['resume', key, '--scope', scope, '--app', app]);
+    const resumed = await cli(['resume', key, '--scope', scope, '--app', app, '--here']);
     expect(resumed.stderr).toBe('');
     expect(resumed.code).toBe(0);
     expect(resumed.stdout).toBe(`Run '${key}' in scope '${scope}' completed: 14\n`);
-    const again = await cli(['resume', key, '--scope', scope, '--app', app, '--json']);
+    const again = await cli(['resume', key, '--scope', scope, '--app', app, '--here', '--json']);
     expect(again.code).toBe(0);
     expect(again.json()).toMatchObject({ state: 'completed', output: 14, replayed: true });
     await db().sql`delete from cli_gate`;
@@ -82,7 +82,7 @@ describe('cancel and resume', () => {
     const scope = 'resume-stuck';
     const { key } = await completedCheckout(db(), scope);
     await makeInProgress(db(), scope, key, -30);
-    const resumed = await cli(['resume', key, '--scope', scope, '--app', app, '--json']);
+    const resumed = await cli(['resume', key, '--scope', scope, '--app', app, '--here', '--json']);
     expect(resumed.stderr).toBe('');
     expect(resumed.code).toBe(0);
     expect(resumed.json()).toMatchObject({ state: 'completed', replayed: false, output: { paymentId: expect.stringMatching(/^pay_/) } });
@@ -96,19 +96,49 @@ describe('cancel and resume', () => {
     const key = uniqueKey('refused');
     await expect(engine.run(refusing, { scope, key }, {})).rejects.toThrow(/refused for good/);
     await engine.shutdown();
-    const errored = await cli(['resume', key, '--scope', scope, '--app', app]);
+    const errored = await cli(['resume', key, '--scope', scope, '--app', app, '--here']);
     expect(errored.code).toBe(1);
     expect(errored.stdout).toContain('ended with an error: refused for good');
 
     const busy = (await completedCheckout(db(), scope)).key;
     await makeInProgress(db(), scope, busy, 60);
-    const elsewhere = await cli(['resume', busy, '--scope', scope, '--app', app]);
+    const elsewhere = await cli(['resume', busy, '--scope', scope, '--app', app, '--here']);
     expect(elsewhere.code).toBe(1);
     expect(elsewhere.stdout).toMatch(/is executing elsewhere \(its lease ends in .*\); nothing was resumed/);
 
-    const unknown = await cli(['resume', 'nope', '--scope', scope, '--app', app]);
+    const unknown = await cli(['resume', 'nope', '--scope', scope, '--app', app, '--here']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe(`stepkey: No run with key 'nope' in scope '${scope}'.\n`);
+  });
+
+  it('without --here, makes a failed run due and a sweeper elsewhere completes it; each action is audited', async () => {
+    const scope = 'resume-due';
+    const key = uniqueKey('gated');
+    const engine = testEngine(db(), workflows);
+    await expect(engine.run(gated, { scope, key }, { n: 3 })).rejects.toThrow(/gate closed/);
+    await db().sql`insert into cli_gate values (true)`;
+    try {
+      const due = await cli(['resume', key, '--scope', scope]);
+      expect(due.stderr).toBe('');
+      expect(due.code).toBe(0);
+      expect(due.stdout).toBe(`Run '${key}' in scope '${scope}' (was failed) is due: a worker's sweeper continues it.\n`);
+      // This process executed nothing; the engine's sweeper, another "process", takes the run.
+      engine.startSweeper();
+      await expect.poll(async () => (await engine.get({ scope, key }))?.status, { timeout: 10_000 }).toBe('completed');
+      const again = await cli(['resume', key, '--scope', scope, '--json']);
+      expect(again.code).toBe(1);
+      expect(JSON.parse(again.stderr)).toMatchObject({ error: { code: 'not_resumable' } });
+      const audit = await db().sql`
+        select action, source, applied, detail, actor from stepkey.audit_log where scope = ${scope} and key = ${key} order by id`;
+      expect(audit.map((row) => [row.action, row.source, row.applied, JSON.parse(row.detail).before])).toEqual([
+        ['resume', 'cli', true, 'failed'],
+        ['resume', 'cli', false, 'completed'],
+      ]);
+      expect(audit[0]!.actor).toMatch(/^cli:.+@.+/);
+    } finally {
+      await engine.shutdown();
+      await db().sql`delete from cli_gate`;
+    }
   });
 
   it('cancels a failed run once; cancelling again or an unknown key exits 1', async () => {
@@ -127,6 +157,11 @@ describe('cancel and resume', () => {
 
     const twice = await cli(['cancel', key, '--scope', scope]);
     expect(twice.code).toBe(1);
+    const audit = await db().sql`select action, applied, detail from stepkey.audit_log where scope = ${scope} and key = ${key} order by id`;
+    expect(audit.map((row) => [row.action, row.applied, JSON.parse(row.detail)])).toEqual([
+      ['cancel', true, { reason: 'customer asked', before: 'failed' }],
+      ['cancel', false, { reason: 'cancelled', before: 'cancelled' }],
+    ]);
     expect(twice.stderr).toMatch(/has already ended \(cancelled\); nothing was cancelled/);
     const unknown = await cli(['cancel', 'nope', '--scope', scope, '--json']);
     expect(unknown.code).toBe(1);

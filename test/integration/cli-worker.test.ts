@@ -5,12 +5,12 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { appModule, runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { uniqueKey } from '../helpers/ledger.js';
+import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 import { checkout, workflows } from '../helpers/scripts/cli-app.js';
 
 const db = useTestDatabase();
@@ -31,7 +31,7 @@ describe('stepkey worker', () => {
       const engine = testEngine(db(), workflows);
       await engine.run(checkout, ref, { cents: 900 });
       await engine.shutdown();
-      const messageKey = childKey(rootKey(ref.scope, ref.key), 'confirm.v1');
+      const messageKey = childKey(await storedRoot(db(), ref), 'confirm.v1');
       for (let waited = 0; ; waited += 50) {
         const [row] = await db().sql`select 1 from stepkey.inbox where consumer = 'cli.notify' and message_key = ${messageKey}`;
         if (row) break;

@@ -1,59 +1,20 @@
 /**
- * Connections that go away: a pool recovers once Postgres is back, and a
- * transaction's handle kept past its end cannot write into the connection's
- * next user.
+ * Connections that go away: a pool recovers once Postgres is back, a backend
+ * terminated while a connection is being set up costs the query caught in it
+ * and nothing else, and a transaction's handle kept past its end cannot write
+ * into the connection's next user.
  */
-import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { connect } from '../../src/db/connect.js';
 import { inTransaction, type TxSql } from '../../src/db/transaction.js';
 import { Ledger } from '../../src/ledger/ledger.js';
+import { spawnScript } from '../../src/testing/child-process.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { proxy } from '../helpers/tcp-proxy.js';
 
 const db = useTestDatabase();
-
-/** A TCP proxy to the test database that can be taken down and brought back on the same port. */
-function proxy(target: URL) {
-  let server: Server | undefined;
-  const sockets = new Set<Socket>();
-  let port = 0;
-  return {
-    get url() {
-      const url = new URL(target);
-      url.hostname = '127.0.0.1';
-      url.port = String(port);
-      return url.toString();
-    },
-    up: () =>
-      new Promise<void>((resolve) => {
-        server = createServer((client) => {
-          const upstream = netConnect(Number(target.port || 5432), target.hostname);
-          for (const socket of [client, upstream]) {
-            sockets.add(socket);
-            socket.on('error', () => socket.destroy());
-            socket.on('close', () => {
-              client.destroy();
-              upstream.destroy();
-            });
-          }
-          client.pipe(upstream);
-          upstream.pipe(client);
-        });
-        server.listen(port, '127.0.0.1', () => {
-          port = (server!.address() as AddressInfo).port;
-          resolve();
-        });
-      }),
-    down: () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        sockets.clear();
-        server!.close(() => resolve());
-      }),
-  };
-}
 
 describe('connections that go away', () => {
   it('a pool recovers once Postgres answers again', async () => {
@@ -74,6 +35,32 @@ describe('connections that go away', () => {
       await pool.close();
       await relay.down().catch(() => {});
     }
+  });
+
+  it('a backend terminated in a new connection’s first instants rejects the query caught in it, and the process lives on', async () => {
+    const child = spawnScript('test/helpers/scripts/setup-cut.ts', { args: [db().url, '12'] });
+    const exited = await child.exited;
+    expect({ exited, output: child.output() }).toMatchObject({ exited: { code: 0, signal: null } });
+    expect(child.output()).toMatch(/SURVIVED 12 12/);
+  });
+
+  it('a reserve() on a cold pool gets the connection it opened', async () => {
+    const cold = connect(db().url, { max: 1 });
+    try {
+      const reserved = await Promise.race([cold.sql.reserve(), sleep(5_000).then(() => undefined)]);
+      expect(reserved, 'reserve() never settled').toBeDefined();
+      expect((await reserved!`select 1 as one`)[0]!.one).toBe(1);
+      reserved!.release();
+    } finally {
+      await cold.close();
+    }
+  });
+
+  it('arrays of built-in types still read and write as postgres.js arrays', async () => {
+    const [row] = await db().sql<{ names: string[]; ids: number[]; empty: string[]; given: string[] }[]>`
+      select array['a', 'b,c', null]::text[] as names, array[1, 2]::int4[] as ids, '{}'::text[] as empty,
+             ${db().sql.array(['x', 'y"z'])}::text[] as given`;
+    expect(row).toEqual({ names: ['a', 'b,c', 'NULL'], ids: [1, 2], empty: [], given: ['x', 'y"z'] });
   });
 
   it('a handle kept past its transaction cannot write into the next transaction on its connection', async () => {

@@ -2,14 +2,14 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { charge } from '../../workflows/payments/client.js';
 import { chargeId, startPaymentService, type PaymentService } from '../../workflows/payments/service.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { uniqueKey } from '../helpers/ledger.js';
+import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 
 const db = useTestDatabase();
 let payments: PaymentService;
@@ -52,8 +52,8 @@ describe('tenants', () => {
       engine.run(shop, { scope: 'tenant-a', key }, { cents: 500 }),
       engine.run(shop, { scope: 'tenant-b', key }, { cents: 500 }),
     ]);
-    const keyA = childKey(rootKey('tenant-a', key), 'pay.v1');
-    const keyB = childKey(rootKey('tenant-b', key), 'pay.v1');
+    const keyA = childKey(await storedRoot(db(), { scope: 'tenant-a', key }), 'pay.v1');
+    const keyB = childKey(await storedRoot(db(), { scope: 'tenant-b', key }), 'pay.v1');
     expect(keyA).not.toBe(keyB);
     expect(a.id).toBe(chargeId('tenant-test', keyA));
     expect(b.id).toBe(chargeId('tenant-test', keyB));
@@ -104,7 +104,7 @@ describe('versions', () => {
     expect(await deployed.run(v2, ref, { n: 1 })).toBe('v1');
     const info = await deployed.get(ref);
     expect(info!.steps.map((s) => s.name).sort()).toEqual(['first.v1', 'second.v1']);
-    const root = rootKey(ref.scope, ref.key);
+    const root = await storedRoot(db(), ref);
     expect(await effectCount(childKey(root, 'first.v1'))).toBe(1);
     await deployed.shutdown();
   });
@@ -181,7 +181,7 @@ describe('retries, timeouts and cancel', () => {
       holder.release();
     }
     expect((await db().sql`select left_count from stock where sku = 'sku-1'`)[0]!.left_count).toBe(4);
-    expect(await effectCount(childKey(rootKey(ref.scope, ref.key), 'reserve.v1'))).toBe(1);
+    expect(await effectCount(childKey(await storedRoot(db(), ref), 'reserve.v1'))).toBe(1);
     expect((await engine.get(ref))!.steps[0]).toMatchObject({ name: 'reserve.v1', attempts: 2 });
     await engine.shutdown();
   });
@@ -207,15 +207,15 @@ describe('retries, timeouts and cancel', () => {
     });
     const engine = testEngine(db(), [stalled]);
     const ref = { scope: 'acme', key: uniqueKey('stalled') };
-    const stallKey = childKey(rootKey(ref.scope, ref.key), 'stall.v1');
     const error = (await engine.run(stalled, ref, {}).catch((e: unknown) => e)) as StepkeyError;
+    const stallKey = childKey(await storedRoot(db(), ref), 'stall.v1');
     expect(error.code).toBe('run_failed');
     expect(error.message).toMatch(/Step 'stall.v1' failed 2 times: Step 'stall.v1' timed out after 200 ms \(attempt 2\)/);
     expect(await effectCount(stallKey)).toBe(0);
     hang = false;
     expect(await engine.run(stalled, ref, {})).toBe('done');
     expect(await effectCount(stallKey)).toBe(1);
-    expect(await effectCount(childKey(rootKey(ref.scope, ref.key), 'before.v1'))).toBe(1);
+    expect(await effectCount(childKey(await storedRoot(db(), ref), 'before.v1'))).toBe(1);
     await engine.shutdown();
   });
 
@@ -242,7 +242,7 @@ describe('retries, timeouts and cancel', () => {
     expect(error.message).toMatch(/Step 'flaky.v1' failed 2 times: still down/);
     healthy = true;
     expect(await engine.run(flaky, ref, {})).toBe('done');
-    const root = rootKey(ref.scope, ref.key);
+    const root = await storedRoot(db(), ref);
     expect(await effectCount(childKey(root, 'before.v1'))).toBe(1);
     expect(await effectCount(childKey(root, 'flaky.v1'))).toBe(1);
     expect(await engine.get(ref)).toMatchObject({ status: 'completed', attempts: 2 });
@@ -277,7 +277,7 @@ describe('retries, timeouts and cancel', () => {
     release();
     await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
     expect(secondRan).toBe(false);
-    expect(await effectCount(childKey(handle.rootKey, 'first.v1'))).toBe(0);
+    expect(await effectCount(childKey(handle.rootKey!, 'first.v1'))).toBe(0);
     expect(await engine.get(ref)).toMatchObject({ status: 'cancelled', error: { message: 'customer changed their mind' } });
     expect(await engine.cancel(ref)).toBe(false);
     expect(await engine.attempt(slow, ref, {})).toMatchObject({ state: 'cancelled' });
@@ -330,7 +330,7 @@ describe('determinism and repeated steps', () => {
     const engine = testEngine(db(), [loop]);
     const ref = { scope: 'acme', key: uniqueKey('loop') };
     expect(await engine.run(loop, ref, { skus: ['a', 'b', 'c'] })).toBe(3);
-    const root = rootKey(ref.scope, ref.key);
+    const root = await storedRoot(db(), ref);
     expect(await effectCount(childKey(root, 'reserve-item.v1[b]'))).toBe(1);
 
     const twice = { scope: 'acme', key: uniqueKey('twice') };
@@ -390,7 +390,7 @@ describe('takeover', () => {
     await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
     release();
     await expect(handle.result()).resolves.toBe('done');
-    expect(await effectCount(childKey(handle.rootKey, 'work.v1'))).toBe(1);
+    expect(await effectCount(childKey(handle.rootKey!, 'work.v1'))).toBe(1);
     await holder.shutdown();
     await rescuer.shutdown();
   });

@@ -8,11 +8,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import postgres from 'postgres';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { uniqueKey } from '../helpers/ledger.js';
+import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 
 const db = useTestDatabase({ max: 30 });
 
@@ -45,7 +45,7 @@ describe('steps started together', () => {
     const engine = testEngine(db(), [together]);
     const ref = { scope: 'acme', key: uniqueKey('together') };
     expect(await engine.run(together, ref, {})).toEqual(['a', 'b']);
-    expect(await writesOf(rootKey(ref.scope, ref.key))).toEqual(['a', 'b']);
+    expect(await writesOf(await storedRoot(db(), ref))).toEqual(['a', 'b']);
     expect((await engine.get(ref))!.steps.map((s) => s.name).sort()).toEqual(['a.v1', 'b.v1', 'first.v1']);
     await expect.poll(openTransactions).toBe(0);
     await engine.shutdown();
@@ -75,6 +75,36 @@ describe('steps started together', () => {
     expect(await engine.run(nested, { scope: 'acme', key: uniqueKey('late') }, { late: true })).toBe('ended');
     await expect.poll(() => late !== undefined).toBe(true);
     await expect(late).rejects.toThrow(/was called after its run ended/);
+    await engine.shutdown();
+  });
+
+  it('refuse a step called inside a tx step after its function awaited, and let a step started alongside one run after it', async () => {
+    const later = defineWorkflow({
+      name: 'nested-later',
+      version: 1,
+      input: z.object({ alongside: z.boolean() }),
+      steps: { outer: step('outer.v1'), inner: step('inner.v1') },
+      async run({ input, steps }) {
+        if (input.alongside) {
+          // Started while the first one's function runs, from workflow code: it waits its turn.
+          const first = steps.outer.tx(async (_db, { sql }) => {
+            await sql`select pg_sleep(0.05)`;
+            return 'outer';
+          });
+          await sleep(10);
+          return [await first, await steps.inner.tx(async () => 'inner')];
+        }
+        return steps.outer.tx(async (_db, { sql }) => {
+          await sql`select 1`;
+          await Promise.all([1].map(async () => steps.inner.tx(async () => 1)));
+        });
+      },
+    });
+    const engine = testEngine(db(), [later]);
+    const error = await engine.run(later, { scope: 'acme', key: uniqueKey('nested-later') }, { alongside: false }).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/Step 'inner.v1' was called inside another step of the same run; steps cannot be nested/);
+    expect(await engine.run(later, { scope: 'acme', key: uniqueKey('alongside') }, { alongside: true })).toEqual(['outer', 'inner']);
+    await expect.poll(openTransactions).toBe(0);
     await engine.shutdown();
   });
 });
@@ -112,7 +142,7 @@ describe('a failed commit', () => {
     const engine = testEngine(db(), [fragile]);
     const ref = { scope: 'acme', key: uniqueKey('fragile') };
     expect(await engine.run(fragile, ref, {})).toBe('done');
-    const root = rootKey(ref.scope, ref.key);
+    const root = await storedRoot(db(), ref);
     expect(await writesOf(root)).toEqual(['a']);
     const steps = await db().sql`select name from stepkey.ledger where scope = ${ref.scope} and parent_key = ${ref.key} order by name`;
     expect(steps.map((s) => s.name)).toEqual(['a.v1', 'b.v1']);
@@ -167,7 +197,7 @@ describe('readers of a completed run', () => {
     await engine.run(quick, ref, {});
     const attempts = await Promise.all(Array.from({ length: 100 }, () => engine.attempt(quick, ref, {})));
     expect(new Set(attempts.map((a) => a.state))).toEqual(new Set(['completed']));
-    expect(childKey(rootKey(ref.scope, ref.key), 'a.v1')).toMatch(/^[0-9a-f]{64}$/);
+    expect(childKey(await storedRoot(db(), ref), 'a.v1')).toMatch(/^[0-9a-f]{64}$/);
     await engine.shutdown();
   });
 });

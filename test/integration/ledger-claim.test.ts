@@ -35,7 +35,7 @@ describe('claim (split form)', () => {
     const stored = await ledger.get({ scope: 'acme', key });
 
     const replay = await ledger.claim(request);
-    expect(replay).toEqual({ state: 'replay', outcome: { status: 'completed', ok: true, body, code: 201 } });
+    expect(replay).toEqual({ state: 'replay', outcome: { status: 'completed', ok: true, body, code: 201 }, rootKey: null, version: null });
     const xminBefore = await db().sql`select xmin::text from stepkey.ledger where key = ${key}`;
     await ledger.claim(request);
     const xminAfter = await db().sql`select xmin::text from stepkey.ledger where key = ${key}`;

@@ -120,10 +120,12 @@ describe('once', () => {
     const first = await ledger.once(request, work);
     expect(first).toMatchObject({ state: 'executed', ok: false });
     if (first.state !== 'executed') return;
+    // Stored with its cause: the constraint Postgres named.
     expect(JSON.parse(first.outcome.body)).toEqual({
       name: 'NonRetryableError',
       message: 'amount must be positive',
       code: 'INVALID_AMOUNT',
+      cause: expect.objectContaining({ name: 'PostgresError', db: expect.objectContaining({ sqlState: '23514', constraint: 'test_orders_amount_check' }) }),
     });
     expect(await ordersFor(key)).toBe(0);
     const replay = await ledger.once(request, work);

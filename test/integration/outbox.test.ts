@@ -4,16 +4,17 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { inTransaction } from '../../src/db/transaction.js';
-import { childKey, rootKey } from '../../src/keys/derive.js';
+import { childKey } from '../../src/keys/derive.js';
 import { deliverHttp } from '../../src/outbox/deliver-http.js';
 import { defineEffect } from '../../src/outbox/effect.js';
 import { enqueueEffect } from '../../src/outbox/enqueue.js';
-import { listJobs, retryJobs } from '../../src/outbox/sql/jobs.js';
+import { retryJobs } from '../../src/outbox/sql/jobs.js';
+import { listJobs } from '../../src/read/sql/jobs.js';
 import { runWorker, type Worker } from '../../src/worker/run-worker.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { uniqueKey } from '../helpers/ledger.js';
+import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 
 const db = useTestDatabase({ max: 20 });
 
@@ -75,7 +76,7 @@ describe('enqueue', () => {
     const engine = testEngine(db(), [shop]);
     const ref = { scope: 'acme', key: uniqueKey('enq') };
     const result = await engine.run(shop, ref, { note: 'hello' });
-    const key = childKey(rootKey(ref.scope, ref.key), 'notify.v1');
+    const key = childKey(await storedRoot(db(), ref), 'notify.v1');
     expect(result).toEqual({ key });
     expect(await jobsWithKey(key)).toBe(1);
     await engine.run(shop, ref, { note: 'hello' });
@@ -87,7 +88,7 @@ describe('enqueue', () => {
     const engine = testEngine(db(), [shop]);
     const ref = { scope: 'acme', key: uniqueKey('enq-join') };
     await engine.run(shop, ref, { note: 'joined' });
-    const root = rootKey(ref.scope, ref.key);
+    const root = await storedRoot(db(), ref);
     const [write, notify] = await Promise.all(
       ['write.v1', 'notify.v1'].map(
         async (name) =>
@@ -115,7 +116,7 @@ describe('enqueue', () => {
     const ref = { scope: 'acme', key: uniqueKey('bad') };
     const error = await engine.run(bad, ref, {}).catch((e: unknown) => e);
     expect((error as Error).message).toMatch(/payload of effect 'test.record' is invalid: note: Invalid input/);
-    expect(await jobsWithKey(childKey(rootKey(ref.scope, ref.key), 'notify.v1'))).toBe(0);
+    expect(await jobsWithKey(childKey(await storedRoot(db(), ref), 'notify.v1'))).toBe(0);
     expect((await engine.get(ref))!.steps).toEqual([]);
     await engine.shutdown();
   });
@@ -141,23 +142,25 @@ describe('enqueue', () => {
     expect(await other.cancel(ref)).toBe(true);
     release();
     await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
-    expect(await jobsWithKey(childKey(handle.rootKey, 'notify.v1'))).toBe(0);
+    expect(await jobsWithKey(childKey(handle.rootKey!, 'notify.v1'))).toBe(0);
     await runner.shutdown();
     await other.shutdown();
   });
 
   it('enqueues outside a workflow inside the caller’s transaction, once per scope and key', async () => {
     const ref = { scope: 'acme', key: uniqueKey('app') };
-    const key = childKey(rootKey(ref.scope, ref.key), 'test.record');
+    let rolledBack = '';
     await expect(
       inTransaction(db().sql, async (tx) => {
-        await enqueueEffect(tx, record, { note: 'x' }, ref);
+        rolledBack = (await enqueueEffect(tx, record, { note: 'x' }, ref)).key;
         throw new Error('the application changed its mind');
       }),
     ).rejects.toThrow(/changed its mind/);
-    expect(await jobsWithKey(key)).toBe(0);
+    expect(await jobsWithKey(rolledBack)).toBe(0);
+    expect(await db().sql`select 1 from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`).toHaveLength(0);
 
     const first = await inTransaction(db().sql, (tx) => enqueueEffect(tx, record, { note: 'x' }, ref));
+    const key = childKey(await storedRoot(db(), ref), 'test.record');
     expect(first).toEqual({ key, enqueued: true });
     expect(await enqueueEffect(db().sql, record, { note: 'x' }, ref)).toEqual({ key, enqueued: false });
     await expect(enqueueEffect(db().sql, record, { note: 'y' }, ref)).rejects.toMatchObject({ code: 'mismatch' });

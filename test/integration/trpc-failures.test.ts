@@ -138,7 +138,7 @@ describe('a run that continues elsewhere', () => {
 });
 
 describe('other database failures', () => {
-  it('answer 500 without the SQL error, and never fail open: a ledger without its schema', async () => {
+  it('answer 500 without the SQL error, and never fail open: a database without stepkey tables says to migrate', async () => {
     const created = await createTestDatabase();
     const broken = connect(created.url, { max: 2 });
     try {
@@ -150,7 +150,7 @@ describe('other database failures', () => {
         const closed = await post(brokenUrl, 'orders.refund', { sku: 'no-schema', quantity: 1 }, keyed(uniqueKey('no-schema')));
         for (const answer of [open, closed]) {
           expect(answer.status).toBe(500);
-          expect(answer.body).toMatch(/database failed/);
+          expect(answer.body).toMatch(/no stepkey tables yet: run `stepkey migrate`/);
           expect(answer.body).not.toMatch(/stepkey\.ledger|does not exist/);
         }
         expect(open.body).not.toMatch(/must not run/);

@@ -122,7 +122,12 @@ describe('claim and replay', () => {
     const otherProcedure = await post(url, 'orders.refund', { sku: 'mm', quantity: 1 }, keyed(key));
     expect(changed.status).toBe(422);
     expect(otherProcedure.status).toBe(422);
-    expect(changed.body).toMatch(/already used for another request \(orders.create/);
+    expect(changed.body).toMatch(/already used for procedure orders\.create with different input/);
+    expect(otherProcedure.body).toMatch(/already used for another operation, procedure orders\.create; .* new key for orders\.refund/);
+    expect(otherProcedure.body).not.toMatch(/different input/);
+    const workflowProcedure = await post(url, 'orders.place', { sku: 'mm', quantity: 1 }, keyed(key));
+    expect(workflowProcedure.status).toBe(422);
+    expect(workflowProcedure.body).toMatch(/already used for another operation, procedure orders\.create; .* new key for trpc-place-order/);
     expect((await db().sql`select * from stepkey.ledger where scope = 'tenant-a' and key = ${key}`)[0]).toEqual(row);
     expect((await post(url, 'orders.create', { sku: 'mm', quantity: 1 }, keyed(key))).body).toBe(first.body);
   });
@@ -274,6 +279,8 @@ describe('workflow procedures', () => {
     expect(first.status).toBe(412);
     expect(second.status).toBe(412);
     expect(second.body).toBe(first.body);
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
   });
 
   it('createWorkflowRouter starts a run idempotently and reads its status by key, per caller', async () => {

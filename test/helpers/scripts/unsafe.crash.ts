@@ -15,9 +15,9 @@ const unsafe = defineWorkflow({
   input: z.object({}),
   steps: { write: step('unsafe-write.v1') },
   async run({ steps, ctx }) {
-    await steps.write.call(async () => {
+    await steps.write.call(async ({ key }) => {
       const sql = postgres(process.env.UNSAFE_DB!, { max: 1, onnotice: () => {} });
-      await sql`insert into unsafe_writes (run_key) values (${ctx.rootKey})`;
+      await sql`insert into unsafe_writes (run_key, key) values (${ctx.rootKey}, ${key})`;
       await sql.end();
     });
     return 'done';

@@ -1,0 +1,87 @@
+/** Helpers of the flow-control tests: a table of recorded step intervals, and waiting for runs to end. */
+import type { Sql } from '../../src/db/connect.js';
+
+export async function createIntervals(sql: Sql): Promise<void> {
+  await sql`create table if not exists public.flow_intervals (
+              id bigint generated always as identity primary key,
+              run text not null, tenant text not null,
+              started_at timestamptz not null default clock_timestamp(),
+              ended_at timestamptz)`;
+}
+
+/** Records a start; returns its id for `recordEnd`. */
+export async function recordStart(sql: Sql, run: string, tenant: string): Promise<number> {
+  const [row] = await sql<{ id: number }[]>`
+    insert into public.flow_intervals (run, tenant) values (${run}, ${tenant}) returning id::int as id`;
+  return row!.id;
+}
+
+export async function recordEnd(sql: Sql, id: number): Promise<void> {
+  await sql`update public.flow_intervals set ended_at = clock_timestamp() where id = ${id}`;
+}
+
+export interface Interval {
+  run: string;
+  tenant: string;
+  start: number;
+  end: number;
+}
+
+export async function readIntervals(sql: Sql, prefix: string): Promise<Interval[]> {
+  const rows = await sql<{ run: string; tenant: string; start: number; end: number | null }[]>`
+    select run, tenant, (extract(epoch from started_at) * 1e6)::float8 as start,
+           (extract(epoch from ended_at) * 1e6)::float8 as end
+      from public.flow_intervals where run like ${prefix + '%'} order by id`;
+  return rows.map((row) => ({ ...row, end: row.end ?? Number.POSITIVE_INFINITY }));
+}
+
+/**
+ * The most runs open at one instant, overall and per tenant (an end and a
+ * start at one instant do not overlap). A run counts once however many of
+ * its executions overlap: a run taken over from a stalled process may still
+ * be finishing its call there, in the one slot the run holds.
+ */
+export function maxOverlap(intervals: readonly Interval[]): { overall: number; perTenant: number } {
+  const events = intervals.flatMap((i) => [
+    { at: i.start, delta: 1, run: i.run, tenant: i.tenant },
+    { at: i.end, delta: -1, run: i.run, tenant: i.tenant },
+  ]);
+  events.sort((a, b) => a.at - b.at || a.delta - b.delta);
+  let overall = 0;
+  let maxOverall = 0;
+  let maxPerTenant = 0;
+  const executions = new Map<string, number>();
+  const open = new Map<string, number>();
+  for (const event of events) {
+    const before = executions.get(event.run) ?? 0;
+    executions.set(event.run, before + event.delta);
+    const change = before === 0 && event.delta === 1 ? 1 : before === 1 && event.delta === -1 ? -1 : 0;
+    if (change === 0) continue;
+    overall += change;
+    const n = (open.get(event.tenant) ?? 0) + change;
+    open.set(event.tenant, n);
+    maxOverall = Math.max(maxOverall, overall);
+    maxPerTenant = Math.max(maxPerTenant, n);
+  }
+  return { overall: maxOverall, perTenant: maxPerTenant };
+}
+
+/** Waits until no run whose key starts with `prefix` is still queued, waiting or in progress. */
+export async function waitForRunsToEnd(sql: Sql, prefix: string, timeoutMs = 120_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const [row] = await sql<{ open: number }[]>`
+      select count(*)::int as open from stepkey.ledger
+       where kind = 'run' and key like ${prefix + '%'} and status in ('in_progress', 'waiting')`;
+    if (row!.open === 0) return;
+    if (Date.now() > deadline) throw new Error(`${row!.open} runs of '${prefix}' still open after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+export async function slotsHeld(sql: Sql, queue: string): Promise<{ held: number; entries: number }> {
+  const [row] = await sql<{ held: number; entries: number }[]>`
+    select count(*) filter (where holding)::int as held, count(*)::int as entries
+      from stepkey.queue_entries where queue = ${queue}`;
+  return row!;
+}

@@ -1,0 +1,40 @@
+/**
+ * `stepkey dashboard`: refuses to bind beyond loopback without a token, and
+ * serves the dashboard until SIGTERM (then exits 0) — run as its own process.
+ */
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { spawnScript } from '../../src/testing/child-process.js';
+import { useCli } from '../helpers/cli.js';
+import { useTestDatabase } from '../helpers/database.js';
+
+const db = useTestDatabase({ max: 3 });
+const { cli } = useCli(db);
+const main = join(fileURLToPath(new URL('../..', import.meta.url)), 'src', 'cli', 'main.ts');
+
+describe('stepkey dashboard', () => {
+  it('refuses another address without a token, a short token and a bad port', async () => {
+    const open = await cli(['dashboard', '--host', '0.0.0.0']);
+    expect(open.code).toBe(2);
+    expect(open.stderr).toMatch(/Bound to 0\.0\.0\.0, the dashboard needs an access token/);
+    const short = await cli(['dashboard', '--port', '0', '--token', 'short']);
+    expect(short.code).toBe(1);
+    expect(short.stderr).toMatch(/at least 16 characters/);
+    expect((await cli(['dashboard', '--port', '70000'])).code).toBe(2);
+  });
+
+  it('serves read-only without a token, and stops on SIGTERM with exit 0', async () => {
+    const child = spawnScript(main, { args: ['dashboard', '--port', '0', '--database', db().url], env: { STEPKEY_DASHBOARD_TOKEN: '' } });
+    try {
+      const url = (await child.waitFor(/stepkey dashboard on (http:\/\/127\.0\.0\.1:\d+\/) \(read-only: no access token\)/, 30_000))[1]!;
+      const session = await (await fetch(`${url}api/session`)).json();
+      expect(session).toMatchObject({ canRead: true, canAct: false, readOnly: true });
+      expect((await fetch(`${url}api/runs`)).status).toBe(200);
+      child.kill('SIGTERM');
+      expect(await child.exited).toEqual({ code: 0, signal: null });
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});

@@ -1,0 +1,387 @@
+/**
+ * Step limits in one process and two engines: a step that cannot take its
+ * slot or token parks the run (no lease, no owner) and a slot given back
+ * wakes a waiter at once, with no sweeper running; a slot is given back when
+ * its step is recorded, when the run fails or is cancelled; a takeover keeps
+ * the slot; a replayed step takes no token; partitions have slots of their
+ * own; settings come from the limit's row; bad input is refused and stores
+ * nothing.
+ */
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineLimit } from '../../src/flow/define-limit.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import type { Engine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/workflow/engine.js';
+import { isStepkeyError } from '../../src/errors/stepkey-error.js';
+import { NonRetryableError } from '../../src/ledger/outcome.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { uniqueKey } from '../helpers/ledger.js';
+import { waitForRunsToEnd } from '../helpers/flow.js';
+import { limitHeld, runRow } from '../helpers/limits.js';
+
+const db = useTestDatabase();
+
+const gates = new Map<string, { open: () => void; opened: Promise<void> }>();
+const gate = (id: string) => {
+  let entry = gates.get(id);
+  if (!entry) {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    entry = { open, opened };
+    gates.set(id, entry);
+  }
+  return entry;
+};
+const inside = new Set<string>();
+let most = 0;
+const executions = new Map<string, number>();
+
+const pair = defineLimit({ name: 'lim-pair', concurrency: 2 });
+const single = defineLimit({ name: 'lim-single', concurrency: 1 });
+const slow = defineLimit({ name: 'lim-slow', rateLimit: { limit: 1, periodMs: 60_000 } });
+const perAccount = defineLimit<{ account: string }>({ name: 'lim-account', concurrency: 1, partitionBy: (input) => input.account });
+
+const held = defineWorkflow({
+  name: 'lim-held',
+  version: 1,
+  input: z.object({ id: z.string(), account: z.string().default('a') }),
+  steps: {
+    before: step('before.v1'),
+    pair: step('pair.v1', { limit: 'lim-pair' }),
+    single: step('single.v1', { limit: single }),
+    account: step('account.v1', { limit: perAccount }),
+  },
+  async run({ input, steps }) {
+    await steps.before.tx(async () => 'ok');
+    const which = input.id.split(':')[0]!;
+    const body = async () => {
+      inside.add(input.id);
+      most = Math.max(most, inside.size);
+      executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
+      try {
+        await gate(input.id).opened;
+      } finally {
+        inside.delete(input.id);
+      }
+      return input.id;
+    };
+    if (which === 'pair') await steps.pair.call(body);
+    else if (which === 'pairtx') await steps.pair.tx(body);
+    else if (which === 'single') await steps.single.call(body);
+    else await steps.account.call(body);
+    return { id: input.id };
+  },
+});
+
+const metered = defineWorkflow({
+  name: 'lim-metered',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { call: step('metered.v1', { limit: slow }) },
+  async run({ input, steps }) {
+    return steps.call.call(async () => input.id);
+  },
+});
+
+const failing = defineWorkflow({
+  name: 'lim-failing',
+  version: 1,
+  input: z.object({ id: z.string(), how: z.enum(['retry', 'stored']) }),
+  steps: { call: step('failing.v1', { limit: 'lim-single', retry: { attempts: 2, initialDelayMs: 10 } }) },
+  async run({ input, steps }) {
+    return steps.call.call(async () => {
+      throw input.how === 'retry' ? new Error('provider down') : new NonRetryableError('card declined');
+    });
+  },
+});
+
+const limits = [pair, single, slow, perAccount];
+const engines: Engine[] = [];
+const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
+  const e = testEngine(db(), [held, metered, failing], { limits, ...options });
+  engines.push(e);
+  return e;
+};
+
+afterEach(async () => {
+  for (const g of gates.values()) g.open();
+  await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
+  gates.clear();
+});
+
+describe('step limits', () => {
+  it('parks the runs that find no slot — no lease, no owner — and a slot given back wakes the next at once, with no sweeper', async () => {
+    const e = engine();
+    most = 0;
+    const refs = Array.from({ length: 6 }, (_, i) => ({ scope: 'acme', key: uniqueKey(`pair-${i}`) }));
+    const ids = refs.map((ref) => `pair:${ref.key}`);
+    await Promise.all(refs.map((ref, i) => e.start(held, ref, { id: ids[i]! })));
+    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length, { timeout: 30_000 }).toBe(4);
+    for (const ref of refs) {
+      const row = await runRow(db().sql, ref);
+      if (row?.status !== 'waiting') continue;
+      // Parked: no lease token, no lease, and engine.get shows what it waits for.
+      expect(row).toMatchObject({ wait_kind: 'limit', wait_for: 'lim-pair', lease_token: null, locked_until: null });
+      expect((await e.get(ref))?.wait).toMatchObject({ kind: 'limit', for: 'lim-pair', step: 'pair.v1' });
+    }
+    expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 2, slots: 2 });
+    // No sweeper runs in this engine: each waiter continues only because a slot given back woke it.
+    for (let opened = 0; opened < 6; opened += 1) {
+      await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(Math.min(2, 6 - opened));
+      gate([...inside][0]!).open();
+    }
+    for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
+    expect(most).toBe(2);
+    expect(ids.every((id) => executions.get(id) === 1)).toBe(true);
+    expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 0, slots: 0 });
+  });
+
+  it('holds a tx step’s slot through its transaction and gives it back in the step’s commit', async () => {
+    const e = engine();
+    const refs = ['a', 'b', 'c'].map((name) => ({ scope: 'acme', key: uniqueKey(`pairtx-${name}`) }));
+    for (const ref of refs) await e.start(held, ref, { id: `pairtx:${ref.key}` });
+    // Two hold the slots inside their transactions (whichever got there first); the third is parked.
+    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length, { timeout: 30_000 }).toBe(1);
+    const parked = refs.find((ref) => !inside.has(`pairtx:${ref.key}`))!;
+    expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 2, slots: 2 });
+    for (const ref of refs) if (ref !== parked) gate(`pairtx:${ref.key}`).open();
+    await expect.poll(() => inside.has(`pairtx:${parked.key}`), { timeout: 30_000 }).toBe(true);
+    gate(`pairtx:${parked.key}`).open();
+    for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
+    expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 0, slots: 0 });
+  });
+
+  it('gives the slot back when the run fails or its step stores an error, and when a holder is cancelled', async () => {
+    const e = engine();
+    const retried = { scope: 'acme', key: uniqueKey('fail-retry') };
+    await expect(e.run(failing, retried, { id: retried.key, how: 'retry' })).rejects.toThrow(/provider down/);
+    expect((await runRow(db().sql, retried))?.status).toBe('failed');
+    expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 0, slots: 0 });
+    const stored = { scope: 'acme', key: uniqueKey('fail-stored') };
+    await expect(e.run(failing, stored, { id: stored.key, how: 'stored' })).rejects.toThrow(/card declined/);
+    expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 0, slots: 0 });
+
+    const holder = { scope: 'acme', key: uniqueKey('cancel-holder') };
+    const waiter = { scope: 'acme', key: uniqueKey('cancel-waiter') };
+    await e.start(held, holder, { id: `single:${holder.key}` });
+    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
+    await e.start(held, waiter, { id: `single:${waiter.key}` });
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    expect(await e.cancel(holder, 'test')).toBe(true);
+    // The holder's cancel gave its slot back and marked the waiter due: the sweeper (or a wake) takes it.
+    e.startSweeper();
+    await expect.poll(() => inside.has(`single:${waiter.key}`), { timeout: 30_000 }).toBe(true);
+    gate(`single:${waiter.key}`).open();
+    await waitForRunsToEnd(db().sql, waiter.key, 30_000);
+    await waitForRunsToEnd(db().sql, holder.key, 30_000);
+    expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 0, slots: 0 });
+  });
+
+  it('a sweeper that takes over a slot holder keeps its slot: the waiter does not get a second one', async () => {
+    const first = engine();
+    const holder = { scope: 'acme', key: uniqueKey('take-holder') };
+    const waiter = { scope: 'acme', key: uniqueKey('take-waiter') };
+    await first.start(held, holder, { id: `single:${holder.key}` });
+    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
+    await first.start(held, waiter, { id: `single:${waiter.key}` });
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    // The first process stalls: its heartbeat stops, and for the second its lease (and the waiter's backstop) have run out.
+    await first.shutdown({ timeoutMs: 1 });
+    const second = engine();
+    second.clock.advance(10_000);
+    await second.sweep();
+    // The holder's new execution re-took its own slot, under its new lease token; the waiter parked again.
+    await expect
+      .poll(async () => {
+        const [row] = await db().sql<{ same: boolean }[]>`
+          select s.token = l.lease_token as same from stepkey.limit_slots s
+            join stepkey.ledger l on l.scope = s.scope and l.key = s.key
+           where s.scope = ${holder.scope} and s.key = ${holder.key}`;
+        return row?.same ?? false;
+      }, { timeout: 30_000 })
+      .toBe(true);
+    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.status, { timeout: 30_000 }).toBe('waiting');
+    expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 1, slots: 1 });
+    expect(inside.has(`single:${waiter.key}`)).toBe(false);
+    gate(`single:${holder.key}`).open();
+    await waitForRunsToEnd(db().sql, holder.key, 30_000);
+    // The slot given back woke the waiter here, at once (no sweeper runs in this engine).
+    await expect.poll(() => inside.has(`single:${waiter.key}`), { timeout: 30_000 }).toBe(true);
+    gate(`single:${waiter.key}`).open();
+    await waitForRunsToEnd(db().sql, waiter.key, 30_000);
+    expect(executions.get(`single:${waiter.key}`)).toBe(1);
+    expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 0, slots: 0 });
+  });
+
+  it('gives each partition slots of its own', async () => {
+    const e = engine();
+    const a1 = { scope: 'acme', key: uniqueKey('acct-a1') };
+    const a2 = { scope: 'acme', key: uniqueKey('acct-a2') };
+    const b1 = { scope: 'acme', key: uniqueKey('acct-b1') };
+    await e.start(held, a1, { id: `acct:${a1.key}`, account: 'a' });
+    await e.start(held, b1, { id: `acct:${b1.key}`, account: 'b' });
+    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
+    await e.start(held, a2, { id: `acct:${a2.key}`, account: 'a' });
+    await expect.poll(async () => (await runRow(db().sql, a2))?.wait_for, { timeout: 30_000 }).toBe('lim-account[a]');
+    expect((await e.get(a2))?.wait).toMatchObject({ kind: 'limit', for: 'lim-account[a]' });
+    gate(`acct:${a1.key}`).open();
+    await expect.poll(() => inside.has(`acct:${a2.key}`), { timeout: 30_000 }).toBe(true);
+    gate(`acct:${a2.key}`).open();
+    gate(`acct:${b1.key}`).open();
+    for (const ref of [a1, a2, b1]) await waitForRunsToEnd(db().sql, ref.key, 30_000);
+    expect(await limitHeld(db().sql, 'lim-account')).toMatchObject({ held: 0, slots: 0 });
+  });
+
+  it('a replayed step takes no token; a run that finds the bucket empty parks until the next token is due, behind those already waiting', async () => {
+    const e = engine();
+    const ref = { scope: 'acme', key: uniqueKey('metered') };
+    expect(await e.run(metered, ref, { id: ref.key })).toBe(ref.key);
+    expect(await e.run(metered, ref, { id: ref.key })).toBe(ref.key);
+    expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(1);
+    const next = { scope: 'acme', key: uniqueKey('metered-next') };
+    await e.start(metered, next, { id: next.key });
+    await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    const row = await runRow(db().sql, next);
+    expect(row).toMatchObject({ status: 'waiting', lease_token: null, locked_until: null });
+    // One token per minute: the next is due in about a minute, and the run waits that long.
+    expect(row!.wake_in_ms).toBeGreaterThan(30_000);
+    expect(row!.wake_in_ms).toBeLessThanOrEqual(60_000);
+    expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(1);
+    // A third waits a token longer: waiters come back spread out, in turn.
+    const third = { scope: 'acme', key: uniqueKey('metered-third') };
+    await e.start(metered, third, { id: third.key });
+    await expect.poll(async () => (await runRow(db().sql, third))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    expect((await runRow(db().sql, third))!.wake_in_ms).toBeGreaterThan(90_000);
+    // Once the token is due (time moved on), a sweep continues the run.
+    e.clock.advance(61_000);
+    await e.sweep();
+    await waitForRunsToEnd(db().sql, next.key, 30_000);
+    expect((await runRow(db().sql, third))?.status).toBe('waiting');
+    e.clock.advance(60_000);
+    await e.sweep();
+    await waitForRunsToEnd(db().sql, third.key, 30_000);
+    expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(3);
+  });
+
+  it('reads its settings from the limit’s row: the newest definition to start wins, in every engine', async () => {
+    const wide = defineLimit({ name: 'lim-shared', concurrency: 5 });
+    const narrow = defineLimit({ name: 'lim-shared', concurrency: 1 });
+    const wf = (limit: typeof wide, version: number) =>
+      defineWorkflow({
+        name: 'lim-shared-wf',
+        version,
+        input: z.object({ id: z.string() }),
+        steps: { s: step('shared.v1', { limit }) },
+        async run({ input, steps }) {
+          return steps.s.call(async () => {
+            inside.add(input.id);
+            try {
+              await gate(input.id).opened;
+            } finally {
+              inside.delete(input.id);
+            }
+            return 1;
+          });
+        },
+      });
+    const old = testEngine(db(), [wf(wide, 1)], { limits: [wide] });
+    engines.push(old);
+    const warm = { scope: 'acme', key: uniqueKey('shared-warm') };
+    gate(`w:${warm.key}`).open();
+    await old.run(wf(wide, 1), warm, { id: `w:${warm.key}` });
+    const newer = testEngine(db(), [wf(narrow, 2)], { limits: [narrow] });
+    engines.push(newer);
+    const warm2 = { scope: 'acme', key: uniqueKey('shared-warm2') };
+    gate(`w:${warm2.key}`).open();
+    await newer.run(wf(narrow, 2), warm2, { id: `w:${warm2.key}` });
+    // The old release (concurrency 5 in its code) now enforces the row's 1.
+    const refs = [0, 1, 2].map((i) => ({ scope: 'acme', key: uniqueKey(`shared-${i}`) }));
+    for (const ref of refs) await old.start(wf(wide, 1), ref, { id: `s:${ref.key}` });
+    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(1);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((r) => r?.status === 'waiting').length, { timeout: 30_000 }).toBe(2);
+    for (const ref of refs) gate(`s:${ref.key}`).open();
+    for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
+    expect(await limitHeld(db().sql, 'lim-shared')).toMatchObject({ held: 0, slots: 0 });
+  });
+});
+
+describe('bad input', () => {
+  const refused = (make: () => unknown, pattern: RegExp) => {
+    let caught: unknown;
+    try {
+      make();
+    } catch (error) {
+      caught = error;
+    }
+    expect(isStepkeyError(caught)).toBe(true);
+    expect((caught as Error).message).toMatch(pattern);
+  };
+
+  it('refuses a bad limit, a bad step option and a step naming a limit the engine does not register', async () => {
+    refused(() => defineLimit({ name: 'x', concurrency: 0 }), /Limit 'x': concurrency must be a whole number above 0, got 0/);
+    refused(() => defineLimit({ name: 'x', concurrency: -3 }), /concurrency must be a whole number above 0, got -3/);
+    refused(() => defineLimit({ name: 'x', concurrency: 1.5 }), /concurrency must be a whole number above 0, got 1.5/);
+    refused(() => defineLimit({ name: 'x', rateLimit: { limit: 0, periodMs: 1000 } }), /rateLimit.limit must be a whole number above 0, got 0/);
+    refused(() => defineLimit({ name: 'x', rateLimit: { limit: 10, periodMs: 0 } }), /rateLimit.periodMs must be a whole number above 0, got 0/);
+    refused(() => defineLimit({ name: 'x', rateLimit: { limit: 10, periodMs: -1 } }), /rateLimit.periodMs must be a whole number above 0, got -1/);
+    refused(() => defineLimit({ name: 'x' }), /give it a rateLimit/);
+    refused(() => defineLimit({ name: '', concurrency: 1 }), /the name must be/);
+    refused(() => defineLimit({ name: 'x', concurrency: 1, partitionBy: 'tenant' as never }), /partitionBy must be a function/);
+    refused(() => step('s.v1', { limit: 42 as never }), /Step 's.v1': limit must be a limit made with defineLimit\(\) or its name/);
+    const named = defineWorkflow({
+      name: 'lim-unregistered',
+      version: 1,
+      input: z.object({}),
+      steps: { s: step('unregistered.v1', { limit: 'no-such-limit' }) },
+      async run() {},
+    });
+    refused(
+      () => createEngine({ database: db(), workflows: [named], limits: [pair] }),
+      /Step 'unregistered.v1' of workflow 'lim-unregistered' v1 names limit 'no-such-limit', which this engine does not register \(registered: lim-pair\)/,
+    );
+    refused(
+      () => createEngine({ database: db(), workflows: [], limits: [pair, defineLimit({ name: 'lim-pair', concurrency: 3 })] }),
+      /Limit 'lim-pair' is registered twice with different definitions/,
+    );
+    const [row] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.limits where name = 'no-such-limit'`;
+    expect(row!.n).toBe(0);
+  });
+
+  it('fails the run — resumable, nothing taken or stored — when partitionBy throws or returns no string', async () => {
+    const throwing = defineLimit<{ account?: string }>({
+      name: 'lim-bad-partition',
+      concurrency: 1,
+      partitionBy: (input) => {
+        if (input.account === undefined) throw new Error('no account');
+        return 42 as never;
+      },
+    });
+    const wf = defineWorkflow({
+      name: 'lim-bad-partition-wf',
+      version: 1,
+      input: z.object({ account: z.string().optional() }),
+      steps: { s: step('bad-partition.v1', { limit: throwing }) },
+      async run({ steps }) {
+        return steps.s.call(async () => 1);
+      },
+    });
+    const e = testEngine(db(), [wf]);
+    engines.push(e);
+    const threw = { scope: 'acme', key: uniqueKey('bad-partition-throws') };
+    await expect(e.run(wf, threw, {})).rejects.toThrow(/Limit 'lim-bad-partition' \(step 'bad-partition.v1'\): partitionBy threw: no account/);
+    const number = { scope: 'acme', key: uniqueKey('bad-partition-number') };
+    await expect(e.run(wf, number, { account: 'a' })).rejects.toThrow(/partitionBy must return a non-empty string of at most 256 characters, got number/);
+    for (const ref of [threw, number]) expect((await runRow(db().sql, ref))?.status).toBe('failed');
+    const [steps] = await db().sql<{ n: number }[]>`
+      select count(*)::int as n from stepkey.ledger where kind = 'step' and scope = 'acme' and name = 'bad-partition.v1'`;
+    expect(steps!.n).toBe(0);
+    expect(await limitHeld(db().sql, 'lim-bad-partition')).toEqual({ held: 0, slots: 0, granted: 0 });
+    const attempts = await db().sql`select 1 from stepkey.step_attempts where scope = 'acme' and run_key in (${threw.key}, ${number.key})`;
+    expect(attempts.length).toBe(0);
+  });
+});

@@ -1,0 +1,365 @@
+/**
+ * A failed run on a queue that is resumed waits for a slot again: whichever
+ * way it is resumed — the same ref enqueued again, engine.start or attempt
+ * with its fingerprint, engine.resume, the operator's resume (`stepkey
+ * resume`, the dashboard) — it parks (waiting, wait_kind slot, no lease)
+ * while another run holds the queue's only slot, never runs beside it, and
+ * completes once the holder ends, with its finished steps replayed. A failed
+ * run holds no slot and is not dispatched; an expired one leaves the queue;
+ * an entry written before migration 0009 behaves.
+ */
+import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import postgres from 'postgres';
+import { drizzle } from 'drizzle-orm/postgres-js';
+import { migrate as drizzleMigrate } from 'drizzle-orm/postgres-js/migrator';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import { operatorActions } from '../../src/actions/operator-actions.js';
+import { connect, type Database } from '../../src/db/connect.js';
+import { migrate, migrationsFolder } from '../../src/db/migrate.js';
+import { isStepkeyError } from '../../src/errors/stepkey-error.js';
+import { defineQueue } from '../../src/flow/define-queue.js';
+import { newRootKey } from '../../src/keys/derive.js';
+import { purposeFingerprint } from '../../src/keys/fingerprint.js';
+import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
+import { listQueues } from '../../src/read/sql/queues.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import type { Engine } from '../../src/workflow/engine.js';
+import { useTestDatabase, type TestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { createIntervals, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
+import { uniqueKey } from '../helpers/ledger.js';
+import { withDatabase } from '../helpers/urls.js';
+
+const db = useTestDatabase();
+/** The database the workflow records its intervals in (the upgrade test switches it). */
+let current: () => Database = db;
+
+const gates = new Map<string, { open: () => void; opened: Promise<void> }>();
+const gate = (id: string) => {
+  let entry = gates.get(id);
+  if (!entry) {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    entry = { open, opened };
+    gates.set(id, entry);
+  }
+  return entry;
+};
+/** Runs whose work step throws (a retryable error, past its two attempts: the run fails, resumable). */
+const failing = new Set<string>();
+const prepared = new Map<string, number>();
+const worked = new Map<string, number>();
+
+const flaky = defineWorkflow({
+  name: 'rq-flaky',
+  version: 1,
+  input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
+  steps: {
+    prep: step('rq-prep.v1'),
+    work: step('rq-work.v1', { retry: { attempts: 2, initialDelayMs: 10 } }),
+  },
+  async run({ input, steps }) {
+    await steps.prep.call(async () => {
+      prepared.set(input.id, (prepared.get(input.id) ?? 0) + 1);
+      return 'prepared';
+    });
+    await steps.work.call(async () => {
+      const interval = await recordStart(current().sql, input.id, 't');
+      try {
+        if (input.hold) await gate(input.id).opened;
+        if (failing.has(input.id)) throw new Error('provider down');
+        worked.set(input.id, (worked.get(input.id) ?? 0) + 1);
+        return input.id;
+      } finally {
+        await recordEnd(current().sql, interval);
+      }
+    });
+    return { id: input.id };
+  },
+});
+
+const single = defineQueue({ name: 'rq-single', concurrency: 1 });
+
+const engines: Engine[] = [];
+const engine = (database: TestDatabase = db(), options: Parameters<typeof testEngine>[2] = {}) => {
+  const made = testEngine(database, [flaky], { queues: [single], ...options });
+  engines.push(made);
+  return made;
+};
+
+beforeAll(async () => {
+  await createIntervals(db().sql);
+});
+afterEach(async () => {
+  for (const g of gates.values()) g.open();
+  await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
+});
+
+type Ref = { scope: string; key: string };
+const status = async (sql: Database['sql'], ref: Ref) =>
+  (await sql<{ status: string; wait_kind: string | null; lease_token: string | null }[]>`
+    select status, wait_kind, lease_token::text from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
+
+/** The fingerprint engine.enqueue gives a run of `flaky` on `single` at priority 0. */
+const enqueueFingerprint = (input: unknown) => purposeFingerprint('rq-flaky', { input, queue: 'rq-single', priority: 0 });
+
+/** Enqueues a run that fails; once it has failed, its slot is free and a holder takes it. */
+async function failedBehindHolder(e: Engine, prefix: string) {
+  const failed = { scope: 'acme', key: `${prefix}-failed` };
+  const holder = { scope: 'acme', key: `${prefix}-holder` };
+  const input = { id: failed.key };
+  failing.add(failed.key);
+  const first = await e.enqueue(flaky, failed, input, { queue: single });
+  expect(first).toMatchObject({ started: true, queued: false });
+  await expect(first.result()).rejects.toThrow(/provider down/);
+  expect(await status(db().sql, failed)).toMatchObject({ status: 'failed', lease_token: null });
+  // Its slot was given back; its entry stays, failed: not waiting, not dispatched.
+  expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
+  expect((await listQueues(db().sql, { queue: 'rq-single' }))[0]).toMatchObject({ waiting: 0, running: 0 });
+  await e.sweep();
+  expect(await status(db().sql, failed)).toMatchObject({ status: 'failed' });
+
+  const held = await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
+  expect(held).toMatchObject({ started: true, queued: false });
+  await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+  failing.delete(failed.key);
+  return { failed, holder, input, held };
+}
+
+/** The resumed run waits for the holder's slot, then completes in it; nothing overlapped; no slot is left. */
+async function expectWaitsThenCompletes(e: Engine, prefix: string, refs: { failed: Ref; holder: Ref }) {
+  expect(await status(db().sql, refs.failed)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+  expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 1, entries: 2 });
+  expect((await listQueues(db().sql, { queue: 'rq-single' }))[0]).toMatchObject({ waiting: 1, running: 1 });
+  // No sweep starts it beside the holder.
+  await e.sweep();
+  expect(await status(db().sql, refs.failed)).toMatchObject({ status: 'waiting', wait_kind: 'slot' });
+  expect(worked.get(refs.failed.key)).toBeUndefined();
+
+  gate(refs.holder.key).open();
+  await waitForRunsToEnd(db().sql, prefix, 30_000);
+  expect(await status(db().sql, refs.failed)).toMatchObject({ status: 'completed' });
+  expect(worked.get(refs.failed.key)).toBe(1);
+  // Its finished step was replayed, not run again.
+  expect(prepared.get(refs.failed.key)).toBe(1);
+  const intervals = await readIntervals(db().sql, prefix);
+  // Two failed attempts, the holder, the resumed attempt: one at a time.
+  expect(intervals.filter((i) => i.run === refs.failed.key)).toHaveLength(3);
+  expect(maxOverlap(intervals).overall).toBe(1);
+  const holderEnd = intervals.find((i) => i.run === refs.holder.key)!.end;
+  expect(intervals.filter((i) => i.run === refs.failed.key).at(-1)!.start).toBeGreaterThanOrEqual(holderEnd);
+  expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+}
+
+describe('a failed queued run that is resumed', () => {
+  it('by enqueueing its ref again waits for a slot (requeued), then completes', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-enqueue');
+    const refs = await failedBehindHolder(e, prefix);
+    const again = await e.enqueue(flaky, refs.failed, refs.input, { queue: single });
+    expect(again).toMatchObject({ started: false, queued: true, requeued: true });
+    await expectWaitsThenCompletes(e, prefix, refs);
+    expect(await again.result()).toEqual({ id: refs.failed.key });
+    // The same ref once more replays.
+    expect(await e.enqueue(flaky, refs.failed, refs.input, { queue: single })).toMatchObject({ started: false, queued: false, requeued: false });
+  });
+
+  it('by engine.attempt with its fingerprint answers waiting for a slot', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-attempt');
+    const refs = await failedBehindHolder(e, prefix);
+    const attempt = await e.attempt(flaky, refs.failed, refs.input, { fingerprint: enqueueFingerprint(refs.input) });
+    expect(attempt).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
+    await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
+  it('by engine.start with its fingerprint waits for a slot; its handle gets the result', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-start');
+    const refs = await failedBehindHolder(e, prefix);
+    const handle = await e.start(flaky, refs.failed, refs.input, { fingerprint: enqueueFingerprint(refs.input) });
+    expect(handle.started).toBe(false);
+    await expectWaitsThenCompletes(e, prefix, refs);
+    expect(await handle.result()).toEqual({ id: refs.failed.key });
+  });
+
+  it('by engine.resume waits for a slot', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-resume');
+    const refs = await failedBehindHolder(e, prefix);
+    expect(await e.resume(refs.failed)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' }, replayed: false });
+    await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
+  it("by the operator's resume (stepkey resume, the dashboard) is parked for a slot, not made due beside the holder", async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-operator');
+    const refs = await failedBehindHolder(e, prefix);
+    expect(await operatorActions(db()).resume(refs.failed)).toEqual({ applied: true, previous: 'failed' });
+    await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
+  it('by several callers at once is put back in line once and runs once', async () => {
+    const e = engine();
+    const other = engine();
+    const prefix = uniqueKey('rq-race');
+    const refs = await failedBehindHolder(e, prefix);
+    const answers = await Promise.all([
+      e.enqueue(flaky, refs.failed, refs.input, { queue: single }),
+      other.enqueue(flaky, refs.failed, refs.input, { queue: single }),
+      e.resume(refs.failed),
+      other.resume(refs.failed),
+      operatorActions(db()).resume(refs.failed),
+    ]);
+    const [mine, theirs] = answers;
+    expect([mine.requeued, theirs.requeued].filter(Boolean).length).toBeLessThanOrEqual(1);
+    await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
+  it("on a free slot starts at once: in the enqueue's own transaction, or by the dispatch after engine.resume; the operator's by a sweep", async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-free');
+    const refs = ['enqueue', 'resume', 'operator'].map((how) => ({ scope: 'acme', key: `${prefix}-${how}` }));
+    for (const ref of refs) {
+      failing.add(ref.key);
+      await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
+      failing.delete(ref.key);
+    }
+    const [byEnqueue, byResume, byOperator] = refs as [Ref, Ref, Ref];
+    const again = await e.enqueue(flaky, byEnqueue, { id: byEnqueue.key }, { queue: single });
+    expect(again).toMatchObject({ started: false, queued: false, requeued: true });
+    expect(await again.result()).toEqual({ id: byEnqueue.key });
+    // No sweeper runs in this engine: only the prompt dispatch can start it.
+    expect(await e.resume(byResume)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
+    await expect.poll(async () => (await status(db().sql, byResume))?.status, { timeout: 20_000 }).toBe('completed');
+    expect(await operatorActions(db()).resume(byOperator)).toEqual({ applied: true, previous: 'failed' });
+    expect(await status(db().sql, byOperator)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+    await e.sweep();
+    await waitForRunsToEnd(db().sql, prefix, 30_000);
+    for (const ref of refs) {
+      expect(await status(db().sql, ref)).toMatchObject({ status: 'completed' });
+      expect(prepared.get(ref.key)).toBe(1);
+      expect(worked.get(ref.key)).toBe(1);
+    }
+    expect(maxOverlap(await readIntervals(db().sql, prefix)).overall).toBe(1);
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('with a plain start (no fingerprint of its queue) is a mismatch and changes nothing', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-mismatch');
+    const refs = await failedBehindHolder(e, prefix);
+    const code = await e.start(flaky, refs.failed, refs.input).then(
+      () => 'accepted',
+      (error: unknown) => (isStepkeyError(error) ? error.code : String(error)),
+    );
+    expect(code).toBe('mismatch');
+    expect(await status(db().sql, refs.failed)).toMatchObject({ status: 'failed' });
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 1, entries: 2 });
+    gate(refs.holder.key).open();
+    await waitForRunsToEnd(db().sql, refs.holder.key);
+    expect(await status(db().sql, refs.failed)).toMatchObject({ status: 'failed' });
+    expect(await e.cancel(refs.failed)).toBe(true);
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('that expired leaves the queue: the key enqueued again is a new run; a purge takes the entry with the run', async () => {
+    const e = engine(db(), { retentionMs: 60_000 });
+    const prefix = uniqueKey('rq-expired');
+    const reused = { scope: 'acme', key: `${prefix}-reused` };
+    const purged = { scope: 'acme', key: `${prefix}-purged` };
+    for (const ref of [reused, purged]) {
+      failing.add(ref.key);
+      await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
+      failing.delete(ref.key);
+    }
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 2 });
+    e.clock.advance(60_001);
+    const fresh = await e.enqueue(flaky, reused, { id: reused.key }, { queue: single });
+    expect(fresh).toMatchObject({ started: true, requeued: false });
+    expect(await fresh.result()).toEqual({ id: reused.key });
+    expect(prepared.get(reused.key)).toBe(2);
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
+    await purgeExpiredRows(db().sql, e.clock, 100);
+    expect(await status(db().sql, purged)).toBeUndefined();
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+  });
+});
+
+describe('an upgrade to migration 0009', () => {
+  const folders: string[] = [];
+  let url = '';
+  const name = `stepkey_t_${inject('runId')}_requeue_upgrade`;
+  afterAll(async () => {
+    current = db;
+    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`drop database if exists ${name} with (force)`);
+    await admin.end();
+    for (const folder of folders) await rm(folder, { recursive: true, force: true });
+  });
+
+  it('keeps queue entries written before it: dispatched, failed, resumed into a slot', async () => {
+    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
+    await admin.unsafe(`create database ${name}`);
+    await admin.end();
+    url = withDatabase(inject('adminUrl'), name);
+
+    // stepkey's migrations up to 0008, recorded where migrate() records them.
+    const folder = await mkdtemp(join(tmpdir(), 'stepkey-requeue-upgrade-'));
+    folders.push(folder);
+    await mkdir(join(folder, 'meta'), { recursive: true });
+    const journal = JSON.parse(await readFile(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
+    const before = journal.entries.filter((entry) => entry.tag < '0009');
+    for (const entry of before) await cp(join(migrationsFolder, `${entry.tag}.sql`), join(folder, `${entry.tag}.sql`));
+    await writeFile(join(folder, 'meta', '_journal.json'), JSON.stringify({ ...journal, entries: before }));
+    const old = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      await drizzleMigrate(drizzle({ client: old }), { migrationsFolder: folder, migrationsSchema: 'stepkey', migrationsTable: '__migrations' });
+      // A run queued by the previous release: parked for a slot, and its entry.
+      const ref = { scope: 'acme', key: uniqueKey('rq-upgrade') };
+      await old`insert into stepkey.queues (name, concurrency) values ('rq-single', 1)`;
+      await old`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, attempts, version, input, root_key,
+                                    wait_kind, wait_step, wait_for, created_at, updated_at)
+        values (${ref.scope}, ${ref.key}, 'run', 'rq-flaky', 'fp-before-0009', 'waiting', 1, 1,
+                ${JSON.stringify({ id: ref.key, hold: false })}, ${newRootKey(ref.scope, ref.key)},
+                'slot', 'queue:rq-single', 'rq-single', now(), now())`;
+      await old`insert into stepkey.queue_entries (scope, key, queue, partition) values (${ref.scope}, ${ref.key}, 'rq-single', '')`;
+      await old.end();
+
+      await migrate(url);
+      const upgraded = Object.assign(connect(url, { max: 5 }), { name });
+      current = () => upgraded;
+      try {
+        await createIntervals(upgraded.sql);
+        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
+        failing.add(ref.key);
+        const e = engine(upgraded);
+        // Dispatched like any queued run; it fails, keeps its entry, holds no slot.
+        await e.sweep();
+        await expect.poll(async () => (await status(upgraded.sql, ref))?.status, { timeout: 20_000 }).toBe('failed');
+        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
+        // Another run holds the slot; the resumed run waits for it.
+        const holder = { scope: 'acme', key: `${ref.key}-holder` };
+        await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
+        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+        failing.delete(ref.key);
+        expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
+        expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+        gate(holder.key).open();
+        await waitForRunsToEnd(upgraded.sql, ref.key, 30_000);
+        expect(await status(upgraded.sql, ref)).toMatchObject({ status: 'completed' });
+        expect(maxOverlap(await readIntervals(upgraded.sql, ref.key)).overall).toBe(1);
+        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+      } finally {
+        await Promise.all(engines.splice(0).map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
+        await upgraded.close();
+      }
+    } finally {
+      await old.end().catch(() => {});
+    }
+  });
+});

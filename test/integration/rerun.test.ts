@@ -1,0 +1,153 @@
+/**
+ * Rerun from a step: the steps before it come from the old run's record (not
+ * executed again), the rest execute; a step with a confirmed outside effect
+ * is not executed again unless forced; the old run's version; expired
+ * records refused.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { Clock } from '../../src/db/clock.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import type { Engine } from '../../src/workflow/engine.js';
+import { runCli } from '../helpers/cli.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase();
+const engines: Engine[] = [];
+afterAll(async () => {
+  for (const engine of engines) await engine.close({ timeoutMs: 2_000 });
+});
+
+const executed: Record<string, number> = {};
+const count = (name: string) => {
+  executed[name] = (executed[name] ?? 0) + 1;
+};
+
+function order(version: number) {
+  return defineWorkflow({
+    name: 'rerun-order',
+    version,
+    input: z.object({ sku: z.string() }),
+    steps: {
+      reserve: step('reserve.v1', { output: z.object({ reservation: z.string() }) }),
+      charge: step('charge.v1', { output: z.object({ paymentId: z.string() }) }),
+      ship: step('ship.v1', { output: z.object({ shipment: z.string() }) }),
+    },
+    async run({ input, steps, ctx }) {
+      const { reservation } = await steps.reserve.tx(async () => {
+        count(`reserve@${version}`);
+        return { reservation: `${input.sku}-${ctx.uuid('reservation')}` };
+      });
+      const { paymentId } = await steps.charge.call(async ({ key }) => {
+        count(`charge@${version}`);
+        return { paymentId: `pay-${key.slice(0, 8)}` };
+      });
+      const { shipment } = await steps.ship.tx(async () => {
+        count(`ship@${version}`);
+        return { shipment: `ship-v${version}` };
+      });
+      return { reservation, paymentId, shipment };
+    },
+  });
+}
+
+const v1 = order(1);
+const v2 = order(2);
+
+function engineFor(options: Parameters<typeof testEngine>[2] = {}) {
+  const engine = testEngine(db(), [v1, v2], options);
+  engines.push(engine);
+  return engine;
+}
+
+describe('rerun from a step', () => {
+  it('takes the steps before it from the old record and executes the rest, with the old run version', async () => {
+    const engine = engineFor();
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    const first = await engine.run(v1, old, { sku: 'tea' });
+    const before = { ...executed };
+    const rerun = await engine.rerun(old, { from: 'ship.v1', key: uniqueKey('rerun') });
+    const second = await rerun.result();
+    // reserve, its recorded uuid and charge came from the old record; ship ran again, as v1.
+    expect(second).toEqual({ reservation: first.reservation, paymentId: first.paymentId, shipment: 'ship-v1' });
+    expect(executed['reserve@1']).toBe(before['reserve@1']);
+    expect(executed['charge@1']).toBe(before['charge@1']);
+    expect(executed['ship@1']).toBe((before['ship@1'] ?? 0) + 1);
+    expect(executed['ship@2']).toBeUndefined();
+    const info = (await engine.get(rerun))!;
+    expect(info.rerunOf).toEqual({ key: old.key, from: 'ship.v1' });
+    expect(info.version).toBe(1);
+    expect((await engine.get(old))!.reruns).toEqual([rerun.key]);
+    const inspected = await runCli(['inspect', old.key, '--scope', old.scope], { databaseUrl: db().url });
+    expect(inspected.stdout).toContain(`rerun as   '${rerun.key}'`);
+    const inspectedRerun = await runCli(['inspect', rerun.key, '--scope', old.scope], { databaseUrl: db().url });
+    expect(inspectedRerun.stdout).toContain(`rerun of   '${old.key}' from step 'ship.v1'`);
+  });
+
+  it('refuses to execute again a completed call unless forced, naming it', async () => {
+    const engine = engineFor();
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    await engine.run(v1, old, { sku: 'tea' });
+    const before = { ...executed };
+    const key = uniqueKey('rerun');
+    await expect(engine.rerun(old, { from: 'charge.v1', key })).rejects.toMatchObject({
+      code: 'rerun_refused',
+      message: expect.stringContaining("'charge.v1' (a completed call)"),
+    });
+    expect(await engine.get({ scope: old.scope, key })).toBeUndefined();
+    const cli = await runCli(['rerun', old.key, '--scope', old.scope, '--from', 'reserve.v1', '--key', key], { databaseUrl: db().url });
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toContain("'charge.v1' (a completed call)");
+    const forced = await engine.rerun(old, { from: 'charge.v1', key, force: true });
+    await forced.result();
+    expect(executed['charge@1']).toBe((before['charge@1'] ?? 0) + 1);
+    expect(executed['reserve@1']).toBe(before['reserve@1']);
+  });
+
+  it('leaves a rerun started by the CLI to a sweeper', async () => {
+    const engine = engineFor();
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    await engine.run(v1, old, { sku: 'tea' });
+    const before = { ...executed };
+    const key = uniqueKey('cli-rerun');
+    const cli = await runCli(['rerun', old.key, '--scope', old.scope, '--from', 'ship.v1', '--key', key, '--json'], { databaseUrl: db().url });
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.json()).toMatchObject({ started: true, taken: ['reserve.v1', '$uuid[reservation]', 'charge.v1'], again: ['ship.v1'] });
+    expect(executed['ship@1']).toBe(before['ship@1']);
+    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key }))?.status), { timeout: 10_000 }).toBe('completed');
+    expect(executed['ship@1']).toBe((before['ship@1'] ?? 0) + 1);
+    expect(executed['charge@1']).toBe(before['charge@1']);
+    expect((await engine.get({ scope: old.scope, key }))!.attempts).toBe(1);
+  });
+
+  it('refuses a step the old run did not record, a run still running, and a record that has expired', async () => {
+    const clock = new Clock();
+    const engine = engineFor({ clock, retentionMs: 60_000 });
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    await engine.run(v1, old, { sku: 'tea' });
+    await expect(engine.rerun(old, { from: 'pack.v1', key: uniqueKey('r') })).rejects.toMatchObject({
+      code: 'invalid_input',
+      message: expect.stringMatching(/no record of step 'pack.v1'.*recorded: reserve.v1, charge.v1, ship.v1/),
+    });
+    await expect(engine.rerun(old, { from: 'ship.v1', key: old.key })).rejects.toMatchObject({ code: 'invalid_input' });
+    // A rerun uses the old run's version: a process without it starts nothing.
+    const v2Only = testEngine(db(), [v2]);
+    engines.push(v2Only);
+    const orphan = uniqueKey('r');
+    await expect(v2Only.rerun(old, { from: 'ship.v1', key: orphan })).rejects.toMatchObject({ code: 'version_not_found' });
+    expect(await engine.get({ scope: old.scope, key: orphan })).toBeUndefined();
+    clock.advance(120_000);
+    await expect(engine.rerun(old, { from: 'ship.v1', key: uniqueKey('r') })).rejects.toMatchObject({
+      code: 'run_not_found',
+      message: expect.stringContaining('has expired'),
+    });
+    const running = { scope: 'acme', key: uniqueKey('running') };
+    await db().sql`insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, version, input, root_key)
+                   values (${running.scope}, ${running.key}, 'run', 'rerun-order', 'fp', 'in_progress', gen_random_uuid(), now() + interval '1 hour', 1, '{"sku":"x"}', 'root')`;
+    await expect(engine.rerun(running, { from: 'ship.v1', key: uniqueKey('r') })).rejects.toMatchObject({
+      message: expect.stringContaining('is running'),
+    });
+  });
+});

@@ -1,0 +1,143 @@
+/**
+ * Durable timers: a run that sleeps parks — no lease, no process — and any
+ * sweeper continues it once due; its wake time is recorded once and never
+ * restarted; a time already past continues at once; bad input is refused
+ * before anything is stored.
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { testEngine } from '../helpers/engine.js';
+import { uniqueKey } from '../helpers/ledger.js';
+
+const db = useTestDatabase();
+
+const HOUR = 60 * 60 * 1000;
+const counts = new Map<string, number>();
+const bump = (name: string): number => {
+  counts.set(name, (counts.get(name) ?? 0) + 1);
+  return counts.get(name)!;
+};
+
+const trial = defineWorkflow({
+  name: 'timer-trial',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: {
+    before: step('before.v1'),
+    cooldown: step('cooldown.v1'),
+    after: step('after.v1'),
+  },
+  async run({ input, steps }) {
+    await steps.before.call(async () => bump(`before:${input.id}`));
+    await steps.cooldown.sleep(HOUR);
+    await steps.after.call(async () => bump(`after:${input.id}`));
+    return 'done';
+  },
+});
+
+const row = async (ref: { scope: string; key: string }) =>
+  (
+    await db().sql`select status, lease_token, locked_until, expires_at, wait_kind, wait_step,
+                          (extract(epoch from wake_at) * 1000)::float8 as wake_at
+                     from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`
+  )[0]!;
+
+describe('sleep', () => {
+  it('parks the run without a lease; a sweeper continues it once due, each step once', async () => {
+    const engine = testEngine(db(), [trial]);
+    const ref = { scope: 'acme', key: uniqueKey('sleep') };
+    const attempt = await engine.attempt(trial, ref, { id: ref.key });
+    expect(attempt).toMatchObject({ state: 'waiting', replayed: false, wait: { kind: 'timer', step: 'cooldown.v1' } });
+    const parked = await row(ref);
+    expect(parked).toMatchObject({ status: 'waiting', lease_token: null, locked_until: null, expires_at: null, wait_kind: 'timer' });
+    expect(engine.activeRuns).toBe(0);
+    expect(await engine.get(ref)).toMatchObject({ status: 'waiting', wait: { kind: 'timer', step: 'cooldown.v1' } });
+    // A repeat while it waits: the same answer, a replay; nothing runs.
+    expect(await engine.attempt(trial, ref, { id: ref.key })).toMatchObject({ state: 'waiting', replayed: true });
+    // Not due yet: no sweeper takes it.
+    expect(await engine.sweep()).toBe(0);
+
+    const rescuer = testEngine(db(), [trial]);
+    rescuer.clock.advance(HOUR + 1_000);
+    expect(await rescuer.sweep()).toBe(1);
+    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    expect(counts.get(`before:${ref.key}`)).toBe(1);
+    expect(counts.get(`after:${ref.key}`)).toBe(1);
+    const info = (await rescuer.get(ref))!;
+    expect(info.steps.map((s) => s.name)).toEqual(['before.v1', 'cooldown.v1', 'after.v1']);
+    expect(JSON.parse(info.steps[1]!.output!)).toEqual({ until: new Date(parked.wake_at as number).toISOString() });
+    await engine.shutdown();
+    await rescuer.shutdown();
+  });
+
+  it('never restarts its timer: woken and cut off before the sleep was recorded, it goes on at once', async () => {
+    const engine = testEngine(db(), [trial]);
+    const ref = { scope: 'acme', key: uniqueKey('same-time') };
+    await engine.attempt(trial, ref, { id: ref.key });
+    const wakeAt = (await row(ref)).wake_at as number;
+    engine.clock.advance(HOUR + 1_000);
+    expect(await engine.sweep()).toBe(1);
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    // As if the woken execution died before the sleep's record committed: back in progress, lease
+    // run out, the sleep and what followed not recorded — the wait still on the row.
+    await db().sql`delete from stepkey.ledger where scope = ${ref.scope} and parent_key = ${ref.key} and name in ('cooldown.v1', 'after.v1')`;
+    await db().sql`update stepkey.ledger set status = 'in_progress', outcome = null, outcome_ok = null, completed_at = null,
+                      expires_at = null, lease_token = gen_random_uuid(), locked_until = now()
+                    where scope = ${ref.scope} and key = ${ref.key}`;
+    expect(await engine.sweep()).toBe(1);
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    const info = (await engine.get(ref))!;
+    expect(JSON.parse(info.steps.find((s) => s.name === 'cooldown.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
+    // A replay never waits.
+    expect(await engine.attempt(trial, ref, { id: ref.key })).toMatchObject({ state: 'completed', replayed: true });
+    await engine.shutdown();
+  });
+
+  it('continues at once for a time in the past, and refuses a bad duration or date before storing anything', async () => {
+    const past = defineWorkflow({
+      name: 'timer-past',
+      version: 1,
+      input: z.object({ at: z.number() }),
+      steps: { wait: step('wait.v1') },
+      async run({ input, steps }) {
+        await steps.wait.sleepUntil(new Date(input.at));
+        return 'went on';
+      },
+    });
+    const bad = defineWorkflow({
+      name: 'timer-bad',
+      version: 1,
+      input: z.object({ ms: z.unknown() }),
+      steps: { wait: step('wait.v1') },
+      async run({ input, steps }) {
+        await steps.wait.sleep(input.ms === 'NaN' ? Number.NaN : input.ms === 'Infinity' ? Number.POSITIVE_INFINITY : (input.ms as number));
+        return 'slept';
+      },
+    });
+    const badDate = defineWorkflow({
+      name: 'timer-bad-date',
+      version: 1,
+      input: z.object({}),
+      steps: { wait: step('wait.v1') },
+      async run({ steps }) {
+        await steps.wait.sleepUntil('tomorrow' as unknown as Date);
+        return 'slept';
+      },
+    });
+    const engine = testEngine(db(), [past, bad, badDate]);
+    expect(await engine.run(past, { scope: 'acme', key: uniqueKey('past') }, { at: Date.now() - 60_000 })).toBe('went on');
+    for (const ms of [-1, 'NaN', 'Infinity']) {
+      const ref = { scope: 'acme', key: uniqueKey('bad') };
+      const error = await engine.run(bad, ref, { ms }).catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/sleep\(ms\) needs a finite number of milliseconds ≥ 0/);
+      expect((await engine.get(ref))!.steps).toEqual([]);
+    }
+    const dateRef = { scope: 'acme', key: uniqueKey('bad-date') };
+    const error = await engine.run(badDate, dateRef, {}).catch((e: unknown) => e);
+    expect((error as Error).message).toMatch(/sleepUntil\(date\) needs a valid Date, got the string "tomorrow"/);
+    expect((await engine.get(dateRef))!.steps).toEqual([]);
+    await engine.shutdown();
+  });
+});
