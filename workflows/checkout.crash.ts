@@ -2,7 +2,7 @@
  * The checkout workflow as a crash scenario for stepkey/testing's crashTest:
  * every order sells one espresso to ada@example.com.
  */
-import { defineCrashScenario } from '../src/testing/scenario.js';
+import { defineCrashScenario } from 'stepkey/testing';
 import { checkout } from './checkout.js';
 import { sendConfirmation } from './effects.js';
 

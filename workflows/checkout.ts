@@ -5,18 +5,18 @@
  * Idempotency-Key; a retry replays the finished steps and runs the rest.
  *
  *   reserve-stock.v1         tx: stock and the order row commit with the step (exactly once)
- *   charge-card.v1           call: the payment service, with the step's key as its Idempotency-Key
+ *   charge-card.v1           call: the payment service, with the step's key as its Idempotency-Key;
+ *                            a charge whose answer was lost is looked up by that key (reconcile)
  *   send-confirmation.v1     enqueue: the email job commits with the step (delivered once)
  *   mark-paid.v1             tx
  */
 import { and, eq, gte, sql } from 'drizzle-orm';
 import { z } from 'zod';
-import { NonRetryableError } from '../src/ledger/outcome.js';
-import { defineWorkflow, step } from '../src/workflow/define.js';
+import { NonRetryableError, defineWorkflow, step } from 'stepkey';
 import { config } from './config.js';
 import { orders, stock } from './db/schema.js';
 import { sendConfirmation } from './effects.js';
-import { charge } from './payments/client.js';
+import { charge, findCharge } from './payments/client.js';
 
 export const checkoutInput = z.object({
   sku: z.string().min(1).max(64),
@@ -35,6 +35,11 @@ export const checkout = defineWorkflow({
       output: z.object({ paymentId: z.string() }),
       retry: { attempts: 8, initialDelayMs: 200, maxDelayMs: 2_000 },
       timeoutMs: 10_000,
+      // An earlier attempt may have charged the card without the answer reaching us: ask by the key.
+      reconcile: async ({ key, scope, signal }) => {
+        const made = await findCharge(config.paymentsUrl(), config.merchant(scope), key, { signal });
+        return made ? { paymentId: made.id } : undefined;
+      },
     }),
     confirm: step('send-confirmation.v1'),
     markPaid: step('mark-paid.v1'),

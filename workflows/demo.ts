@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import postgres from 'postgres';
-import { childKey, rootKey } from '../src/keys/derive.js';
+import { childKey, rootKey } from 'stepkey';
 import { dataDir } from './supervisor/paths.js';
 import { readState } from './supervisor/state-file.js';
 
@@ -97,7 +97,9 @@ await order(kettles, { sku: 'sku-kettle', quantity: 50, email: 'ada@example.com'
 await order(kettles, { sku: 'sku-kettle', quantity: 50, email: 'ada@example.com' });
 
 async function counts(key: string) {
-  const root = rootKey(tenant, key);
+  // The run's stored root: what its step keys derive from.
+  const [run] = await sql<{ root: string | null }[]>`select root_key as root from stepkey.ledger where scope = ${tenant} and key = ${key}`;
+  const root = run?.root ?? rootKey(tenant, key);
   const [row] = await sql`
     select (select count(*)::int from shop.orders where run_key = ${root}) as orders,
            (select count(*)::int from payments.charges where idempotency_key = ${childKey(root, 'charge-card.v1')}) as charges,

@@ -4,7 +4,7 @@
  * second email.
  */
 import { z } from 'zod';
-import { defineEffect } from '../src/outbox/effect.js';
+import { defineEffect } from 'stepkey';
 import { mailbox } from './db/schema.js';
 
 export const sendConfirmation = defineEffect({

@@ -1,5 +1,5 @@
 /** Stock to sell. Inserting only what is missing keeps a restart from refilling shelves. */
-import type { Database } from '../src/db/connect.js';
+import type { Database } from 'stepkey';
 import { stock } from './db/schema.js';
 
 export const catalogue = [

@@ -3,8 +3,11 @@
  *
  * Without DATABASE_URL it starts an embedded PostgreSQL (data in
  * .stepkey/app, kept across runs) owned by this supervisor. It migrates once,
- * seeds stock, then starts the payment stand-in, a worker (restarted if it
- * dies) and the order API, and prints a curl to try. Ctrl-C stops them in
+ * seeds stock, then starts the payment stand-in, a worker and the order API
+ * — each supervised (supervisor/supervise.ts): restarted whenever it dies or
+ * stops working (the API's /health, the worker's pool heartbeat failing for
+ * about 10 s), with backoff from 0.5 s to 30 s and no limit — and prints a
+ * curl to try. Ctrl-C stops them in
  * order — API, worker (draining its jobs), payment service, PostgreSQL — and
  * exits 0. Each process runs in a group of its own, so the terminal's Ctrl-C
  * reaches only this supervisor; each also exits if the supervisor dies.
@@ -12,11 +15,12 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import postgres from 'postgres';
-import { connect } from '../src/db/connect.js';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/embedded/start-embedded.js';
+import { connect, startEmbeddedPostgres, type EmbeddedPostgres } from 'stepkey';
 import { migrateExample } from './db/migrate.js';
 import { seed } from './seed.js';
 import { startService, type ServiceProcess } from './supervisor/service-process.js';
+import { heartbeatProbe, httpProbe, type HeartbeatProbe } from './supervisor/probes.js';
+import { supervise, type Supervised } from './supervisor/supervise.js';
 import { dataDir, projectRoot } from './supervisor/paths.js';
 import { clearState, writeState } from './supervisor/state-file.js';
 
@@ -25,9 +29,11 @@ const dir = dataDir();
 mkdirSync(dir, { recursive: true });
 
 let embedded: EmbeddedPostgres | undefined;
-let api: ServiceProcess | undefined;
-let worker: ServiceProcess | undefined;
-let payments: ServiceProcess | undefined;
+let api: Supervised | undefined;
+let worker: Supervised | undefined;
+let payments: Supervised | undefined;
+let dashboard: ServiceProcess | undefined;
+let beats: HeartbeatProbe | undefined;
 let stopping = false;
 let stopSignalAt = 0;
 
@@ -60,47 +66,57 @@ async function main(): Promise<void> {
   await database.close();
 
   const env = { DATABASE_URL: databaseUrl };
-  const started = await startService('payments', 'workflows/payments/main.ts', {
-    cwd: projectRoot,
-    env: { ...env, PAYMENTS_PORT: process.env.PAYMENTS_PORT ?? '3001' },
-    ready: /LISTENING (\S+)/,
-  });
-  payments = started.service;
-  const paymentsUrl = started.match[1]!;
+  const supervision = { log };
+  payments = supervise(
+    {
+      name: 'payments',
+      start: () => startService('payments', 'workflows/payments/main.ts', { cwd: projectRoot, env: { ...env, PAYMENTS_PORT: process.env.PAYMENTS_PORT ?? '3001' }, ready: /LISTENING (\S+)/ }),
+    },
+    { ...supervision, onStarted: () => recordState() },
+  );
+  const paymentsUrl = (await payments.first).match[1]!;
   const serviceEnv = { ...env, PAYMENTS_URL: paymentsUrl };
 
-  const startWorker = async (): Promise<void> => {
-    const { service } = await startService('worker', 'workflows/worker.ts', { cwd: projectRoot, env: serviceEnv, ready: /READY/ });
-    worker = service;
-    recordState();
-    void service.exited.then(({ code, signal }) => {
-      if (stopping || worker !== service) return;
-      log(`worker exited (${signal ?? `code ${code}`}); starting another`);
-      setTimeout(() => {
-        if (!stopping) startWorker().catch((error: unknown) => log(`could not restart the worker: ${String(error)}`));
-      }, 500);
-    });
-  };
-  await startWorker();
+  beats = heartbeatProbe(databaseUrl);
+  const heartbeat = beats;
+  worker = supervise(
+    {
+      name: 'worker',
+      start: () => startService('worker', 'workflows/worker.ts', { cwd: projectRoot, env: serviceEnv, ready: /READY/ }),
+      // Stops working: its pool heartbeat (stepkey.worker_pools) goes stale while the database answers.
+      probe: ({ service }) => heartbeat.probe(service.pid),
+    },
+    { ...supervision, onStarted: () => recordState() },
+  );
+  await worker.first;
 
-  const apiStarted = await startService('api', 'workflows/api/main.ts', {
-    cwd: projectRoot,
-    env: { ...serviceEnv, PORT: process.env.PORT ?? '3000' },
-    ready: /LISTENING (\S+)/,
-  });
-  api = apiStarted.service;
-  const apiUrl = apiStarted.match[1]!;
+  // The dashboard starts alongside the API (it may build its browser app first); without it the shop still runs.
+  const dashboardStarting = startService('dashboard', 'workflows/dashboard.ts', { cwd: projectRoot, env: { ...env, DASHBOARD_PORT: process.env.DASHBOARD_PORT ?? '4000' }, ready: /LISTENING (\S+) token=(\S+)/ })
+    .catch((error: unknown) => void log(`the dashboard did not start (${error instanceof Error ? error.message : String(error)}); is DASHBOARD_PORT free?`));
+  api = supervise(
+    {
+      name: 'api',
+      start: () => startService('api', 'workflows/api/main.ts', { cwd: projectRoot, env: { ...serviceEnv, PORT: process.env.PORT ?? '3000' }, ready: /LISTENING (\S+)/ }),
+      // Stops working: GET /health does not answer 200 within 2 s.
+      probe: ({ match }) => httpProbe(new URL('/health', match[1]!).toString()),
+    },
+    { ...supervision, onStarted: () => recordState() },
+  );
+  const apiUrl = (await api.first).match[1]!;
+  const dashboardStarted = await dashboardStarting;
+  dashboard = dashboardStarted?.service;
 
   function recordState(): void {
-    if (!api || !payments || !worker) return;
+    const running = { api: api?.current(), worker: worker?.current(), payments: payments?.current() };
+    if (!running.api || !running.payments || !running.worker) return;
     writeState(dir, {
       supervisor: process.pid,
-      api: api.pid,
-      worker: worker.pid,
-      payments: payments.pid,
+      api: running.api.service.pid,
+      worker: running.worker.service.pid,
+      payments: running.payments.service.pid,
       postgres: embedded?.pid ?? null,
-      apiUrl,
-      paymentsUrl,
+      apiUrl: running.api.match[1]!,
+      paymentsUrl: running.payments.match[1]!,
       databaseUrl: databaseUrl!,
     });
   }
@@ -112,7 +128,7 @@ async function main(): Promise<void> {
 
     API       ${apiUrl}
     payments  ${paymentsUrl}
-
+${dashboardStarted ? `    dashboard ${dashboardStarted.match[1]!}   (actions: sign in with ${dashboardStarted.match[2]!})\n` : ''}
   Create an order (run it twice: one order, the second answer is a replay):
 
     curl -i -X POST ${apiUrl}/orders.create \\
@@ -137,7 +153,7 @@ async function stop(signal: string): Promise<void> {
     // One Ctrl-C under npm arrives twice: from the terminal and forwarded by npm.
     if (Date.now() - stopSignalAt < 2_000) return;
     log(`${signal} again: killing everything now`);
-    for (const service of [api, worker, payments]) service?.kill();
+    for (const service of [api, dashboard, worker, payments]) service?.kill();
     await embedded?.stop();
     process.exit(130);
   }
@@ -145,10 +161,12 @@ async function stop(signal: string): Promise<void> {
   stopSignalAt = Date.now();
   log(`${signal}: stopping the API`);
   await api?.stop(10_000);
+  await dashboard?.stop(5_000);
   log('stopping the worker (finishing its jobs)');
   await worker?.stop(35_000);
   log('stopping the payment service');
   await payments?.stop(10_000);
+  await beats?.close().catch(() => {});
   if (embedded) {
     log('stopping PostgreSQL');
     await embedded.stop();
@@ -164,7 +182,7 @@ process.on('SIGTERM', () => void stop('SIGTERM'));
 main().catch(async (error: unknown) => {
   console.error(`stepkey: could not start: ${error instanceof Error ? error.message : String(error)}`);
   stopping = true;
-  for (const service of [api, worker, payments]) await service?.stop(5_000);
+  for (const service of [api, dashboard, worker, payments]) await service?.stop(5_000);
   await embedded?.stop();
   process.exit(1);
 });

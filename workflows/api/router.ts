@@ -6,10 +6,8 @@
 import { TRPCError, initTRPC } from '@trpc/server';
 import { and, desc, eq } from 'drizzle-orm';
 import { z } from 'zod';
-import type { Database } from '../../src/db/connect.js';
-import { Ledger } from '../../src/ledger/ledger.js';
-import { createIdempotency } from '../../src/trpc/idempotency.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import { Ledger, type Database, type Engine } from 'stepkey';
+import { createIdempotency } from 'stepkey/trpc';
 import { checkout, checkoutInput } from '../checkout.js';
 import { orders } from '../db/schema.js';
 import type { ApiContext } from './context.js';

@@ -1,6 +1,6 @@
 /** Migrates a database for the example app: stepkey's tables, graphile-worker's, then the shop's. */
 import { fileURLToPath } from 'node:url';
-import { migrate } from '../../src/db/migrate.js';
+import { migrate } from 'stepkey';
 
 export const exampleMigrations = {
   folder: fileURLToPath(new URL('./migrations', import.meta.url)),

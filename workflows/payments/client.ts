@@ -4,7 +4,7 @@
  * network error) throws an ordinary error, so the step retries; a 4xx is a
  * permanent refusal and throws a NonRetryableError.
  */
-import { NonRetryableError } from '../../src/ledger/outcome.js';
+import { NonRetryableError } from 'stepkey';
 
 export interface Charge {
   id: string;
@@ -41,4 +41,25 @@ export async function charge(
   const message = `payment service answered ${response.status}: ${text}`;
   if (retryable) throw new Error(message);
   throw new NonRetryableError(message, { code: `PAYMENT_${response.status}` });
+}
+
+/**
+ * The charge an earlier request with this idempotency key made, or undefined
+ * if it made none: how the checkout reconciles a charge whose answer it never
+ * got (its process died after sending it). A failure to ask throws, and the
+ * step asks again.
+ */
+export async function findCharge(
+  baseUrl: string,
+  merchant: string,
+  idempotencyKey: string,
+  options: { signal?: AbortSignal } = {},
+): Promise<Charge | undefined> {
+  const response = await fetch(`${baseUrl}/v1/charges?idempotencyKey=${encodeURIComponent(idempotencyKey)}`, {
+    headers: { authorization: `Bearer ${merchant}` },
+    ...(options.signal ? { signal: options.signal } : {}),
+  });
+  const text = await response.text();
+  if (response.status !== 200) throw new Error(`payment service answered ${response.status} to a lookup: ${text}`);
+  return (JSON.parse(text) as { charges: Charge[] }).charges[0];
 }

@@ -1,5 +1,5 @@
 /** The payment stand-in as a process of its own, on PAYMENTS_PORT. */
-import { connect } from '../../src/db/connect.js';
+import { connect } from 'stepkey';
 import { config, databaseUrl } from '../config.js';
 import { onStop } from '../lib/service.js';
 import { startPaymentService } from './service.js';

@@ -8,7 +8,10 @@
  *     the same key again          → the same 201, byte for byte, Idempotent-Replayed: true
  *     while the first still runs  → 409 + Retry-After
  *     same key, other body        → 422
- *   GET /v1/charges?reference=R   the merchant's charges for a reference
+ *   GET /v1/charges?reference=R         the merchant's charges for a reference
+ *   GET /v1/charges?idempotencyKey=K    the merchant's charge made with that key, if any:
+ *                                       what a caller asks when it cannot tell whether
+ *                                       an earlier request went through
  *
  * It can be told to fail a fraction of charges with 503 (before doing any
  * work) or to answer slowly: PAYMENTS_FAIL_RATE, PAYMENTS_DELAY_MS, or at run
@@ -20,11 +23,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { z } from 'zod';
-import type { Database } from '../../src/db/connect.js';
-import { StepkeyError } from '../../src/errors/stepkey-error.js';
-import { fingerprint } from '../../src/keys/fingerprint.js';
-import { assertValidKey } from '../../src/keys/validate.js';
-import { Ledger } from '../../src/ledger/ledger.js';
+import { Ledger, StepkeyError, assertValidKey, fingerprint, type Database } from 'stepkey';
 
 export interface PaymentServiceOptions {
   database: Database;
@@ -42,6 +41,8 @@ export interface PaymentService {
   readonly url: string;
   /** How many charge requests arrived with this idempotency key (replays included). */
   requestsFor(idempotencyKey: string): number;
+  /** How many of those were answered with the charge (201, replays included). */
+  successesFor(idempotencyKey: string): number;
   failRate: number;
   delayMs: number;
   close(): Promise<void>;
@@ -67,10 +68,14 @@ export async function startPaymentService(options: PaymentServiceOptions): Promi
   };
 
   const requests = new Map<string, number>();
+  const successes = new Map<string, number>();
   const server = createServer((req, res) => {
     handle(req, res).catch((error: unknown) => {
       const status = error instanceof StepkeyError ? error.httpStatus : 500;
-      send(res, status >= 500 ? 503 : status, { error: error instanceof Error ? error.message : String(error) });
+      if (status < 500) return send(res, status, { error: error instanceof Error ? error.message : String(error) });
+      // Its own failures (its database down, say) stay in its log: a caller learns only that it may retry.
+      console.error(`payments: ${req.method} ${req.url} failed:`, error);
+      send(res, 503, { error: 'payment service unavailable, retry later' }, { 'Retry-After': '1' });
     });
   });
 
@@ -87,10 +92,16 @@ export async function startPaymentService(options: PaymentServiceOptions): Promi
     if (!merchant) return send(res, 401, { error: 'Authorization: Bearer <merchant> is required' });
 
     if (req.method === 'GET' && url.pathname === '/v1/charges') {
-      const reference = url.searchParams.get('reference') ?? '';
+      const reference = url.searchParams.get('reference');
+      const idempotencyKey = url.searchParams.get('idempotencyKey');
+      if (reference === null && idempotencyKey === null) return send(res, 400, { error: 'reference or idempotencyKey is required' });
       const rows = await sql`
         select id, amount_cents as "amountCents", currency, reference, idempotency_key as "idempotencyKey"
-          from payments.charges where merchant = ${merchant} and reference = ${reference} order by created_at`;
+          from payments.charges
+         where merchant = ${merchant}
+           and (${reference}::text is null or reference = ${reference}::text)
+           and (${idempotencyKey}::text is null or idempotency_key = ${idempotencyKey}::text)
+         order by created_at`;
       return send(res, 200, { charges: rows });
     }
     if (req.method !== 'POST' || url.pathname !== '/v1/charges') return send(res, 404, { error: 'not found' });
@@ -122,6 +133,7 @@ export async function startPaymentService(options: PaymentServiceOptions): Promi
       },
       { code: 201 },
     );
+    if (result.state === 'executed' || result.state === 'replay') successes.set(key, (successes.get(key) ?? 0) + 1);
     switch (result.state) {
       case 'executed':
         return sendText(res, result.outcome.code ?? 201, result.outcome.body);
@@ -141,6 +153,7 @@ export async function startPaymentService(options: PaymentServiceOptions): Promi
   return {
     url: `http://127.0.0.1:${port}`,
     requestsFor: (key) => requests.get(key) ?? 0,
+    successesFor: (key) => successes.get(key) ?? 0,
     get failRate() {
       return state.failRate;
     },
