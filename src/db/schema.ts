@@ -133,6 +133,12 @@ export const ledger = stepkeySchema.table(
       .where(
         sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
       ),
+    // The same runs of one workflow, newest first: a workflow's failed runs without reading every failed run.
+    index('ledger_runs_unsuccessful_workflow_idx')
+      .on(t.name, t.createdAt, t.scope, t.key)
+      .where(
+        sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
+      ),
   ],
 );
 

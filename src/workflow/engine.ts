@@ -451,8 +451,9 @@ export class Engine {
         this.#track(lease, () => this.#resumeOwned(lease))
           .catch((error: unknown) => this.#onError(error, `resuming run '${run.key}'`))
           .finally(() => {
-            // A run taken over may have held a slot: its end gave it back.
-            this.#dispatcher.dispatchAfterEnd();
+            // A run taken over that held a slot gave it back at its end: its queue is dispatched,
+            // waiting for the queue's lock (a dispatch running now may have counted the slot as held).
+            this.#dispatcher.dispatchAfterEnd(run.queue ?? undefined);
             if (this.#backlog && this.#sweeper) void this.sweep().catch((error: unknown) => this.#onError(error, 'sweeping'));
           });
       }

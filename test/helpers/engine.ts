@@ -11,7 +11,8 @@ export function testEngine(db: TestDatabase, workflows: Workflow[], options: Par
     clock: new Clock(),
     leaseMs: 2_000,
     sweepIntervalMs: 100,
-    onError: () => {},
+    // STEPKEY_TEST_ENGINE_ERRORS=1 prints what the engine reports (silent otherwise: many tests provoke errors).
+    onError: process.env.STEPKEY_TEST_ENGINE_ERRORS ? (error, context) => console.error(`engine error: ${context}`, error) : () => {},
     ...options,
   });
 }

@@ -74,7 +74,13 @@ export async function waitForRunsToEnd(sql: Sql, prefix: string, timeoutMs = 120
       select count(*)::int as open from stepkey.ledger
        where kind = 'run' and key like ${prefix + '%'} and status in ('in_progress', 'waiting')`;
     if (row!.open === 0) return;
-    if (Date.now() > deadline) throw new Error(`${row!.open} runs of '${prefix}' still open after ${timeoutMs} ms`);
+    if (Date.now() > deadline) {
+      const open = await sql<{ key: string; status: string; wait_kind: string | null; attempts: number; lease_left_ms: number | null }[]>`
+        select key, status, wait_kind, attempts, (extract(epoch from locked_until - now()) * 1000)::int as lease_left_ms
+          from stepkey.ledger
+         where kind = 'run' and key like ${prefix + '%'} and status in ('in_progress', 'waiting') limit 5`;
+      throw new Error(`${row!.open} runs of '${prefix}' still open after ${timeoutMs} ms: ${JSON.stringify(open)}`);
+    }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -13,9 +13,9 @@ export async function limitHeld(sql: Sql, limit: string): Promise<{ held: number
 
 export async function runRow(sql: Sql, ref: KeyRef) {
   const [row] = await sql<
-    { status: string; wait_kind: string | null; wait_for: string | null; lease_token: string | null; locked_until: Date | null; wake_in_ms: number | null }[]
+    { status: string; wait_kind: string | null; wait_for: string | null; lease_token: string | null; locked_until: Date | null; wake_in_ms: number | null; attempts: number }[]
   >`
-    select status, wait_kind, wait_for, lease_token::text as lease_token, locked_until,
+    select status, wait_kind, wait_for, lease_token::text as lease_token, locked_until, attempts,
            (extract(epoch from wake_at - now()) * 1000)::float8 as wake_in_ms
       from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
   return row;

@@ -43,8 +43,9 @@ const single = defineLimit({ name: 'lim-single', concurrency: 1 });
 const slow = defineLimit({ name: 'lim-slow', rateLimit: { limit: 1, periodMs: 60_000 } });
 const perAccount = defineLimit<{ account: string }>({ name: 'lim-account', concurrency: 1, partitionBy: (input) => input.account });
 
-const held = defineWorkflow({
-  name: 'lim-held',
+/** The workflow most tests run; the takeover test runs a copy of its own, so that its sweeper takes no other test's runs. */
+const heldWorkflow = (name: string) => defineWorkflow({
+  name,
   version: 1,
   input: z.object({ id: z.string(), account: z.string().default('a') }),
   steps: {
@@ -74,6 +75,8 @@ const held = defineWorkflow({
     return { id: input.id };
   },
 });
+const held = heldWorkflow('lim-held');
+const heldAlone = heldWorkflow('lim-held-alone');
 
 const metered = defineWorkflow({
   name: 'lim-metered',
@@ -182,18 +185,25 @@ describe('step limits', () => {
   });
 
   it('a sweeper that takes over a slot holder keeps its slot: the waiter does not get a second one', async () => {
-    const first = engine();
+    // Only this test's workflow: the second engine's sweeps take no run another test left behind.
+    const alone = () => {
+      const e = testEngine(db(), [heldAlone], { limits });
+      engines.push(e);
+      return e;
+    };
+    const first = alone();
     const holder = { scope: 'acme', key: uniqueKey('take-holder') };
     const waiter = { scope: 'acme', key: uniqueKey('take-waiter') };
-    await first.start(held, holder, { id: `single:${holder.key}` });
+    await first.start(heldAlone, holder, { id: `single:${holder.key}` });
     await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
-    await first.start(held, waiter, { id: `single:${waiter.key}` });
+    await first.start(heldAlone, waiter, { id: `single:${waiter.key}` });
     await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind, { timeout: 30_000 }).toBe('limit');
     // The first process stalls: its heartbeat stops, and for the second its lease (and the waiter's backstop) have run out.
     await first.shutdown({ timeoutMs: 1 });
-    const second = engine();
+    const second = alone();
     second.clock.advance(10_000);
-    await second.sweep();
+    // The second takes the holder over: its second execution.
+    await expect.poll(async () => (await second.sweep(), (await runRow(db().sql, holder))?.attempts), { timeout: 30_000 }).toBe(2);
     // The holder's new execution re-took its own slot, under its new lease token; the waiter parked again.
     await expect
       .poll(async () => {

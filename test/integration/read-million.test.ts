@@ -1,8 +1,9 @@
 /**
  * The read models on a ledger of 10⁶ rows (200 000 runs of 4 steps each):
  * every filter of the runs listing is served by the index the README names
- * (checked with EXPLAIN), never a scan of the ledger, and a page comes back
- * within 100 ms of execution time there. Also the workflows facet, the open
+ * (checked with EXPLAIN), never a scan of the ledger, and a page reads
+ * fewer than BLOCKS buffer pages (a scan of the ledger reads tens of
+ * thousands). Pages are bounded by the work they do, not by a clock. Also the workflows facet, the open
  * run counts, the change probe and a run's key tree.
  *
  * Seeded: 60 % of runs in one big scope, the rest over 400 small ones;
@@ -67,6 +68,8 @@ interface PlanNode {
   'Node Type': string;
   'Index Name'?: string;
   'Relation Name'?: string;
+  'Shared Hit Blocks'?: number;
+  'Shared Read Blocks'?: number;
   Plans?: PlanNode[];
 }
 
@@ -74,21 +77,18 @@ function nodes(plan: PlanNode): PlanNode[] {
   return [plan, ...(plan.Plans ?? []).flatMap(nodes)];
 }
 
-/** The plan of a statement, the indexes it reads, and its execution time (median of three). */
+/** The most buffer pages (8 kB each, hit or read) one page of a listing may touch. */
+const BLOCKS = 500;
+
+/** The plan of a statement: the indexes it reads, its scans of the ledger, and the buffer pages it touched. */
 async function explain(text: string, values: unknown[]) {
-  const times: number[] = [];
-  let plan: PlanNode | undefined;
-  for (let i = 0; i < 3; i += 1) {
-    const [row] = await db().sql.unsafe(`explain (analyze, format json) ${text}`, values as never[]);
-    const [result] = (row as unknown as { 'QUERY PLAN': [{ Plan: PlanNode; 'Execution Time': number }] })['QUERY PLAN'];
-    plan = result.Plan;
-    times.push(result['Execution Time']);
-  }
-  const all = nodes(plan!);
+  const [row] = await db().sql.unsafe(`explain (analyze, buffers, format json) ${text}`, values as never[]);
+  const [result] = (row as unknown as { 'QUERY PLAN': [{ Plan: PlanNode }] })['QUERY PLAN'];
+  const all = nodes(result.Plan);
   return {
     indexes: [...new Set(all.map((node) => node['Index Name']).filter(Boolean))] as string[],
     seqScans: all.filter((node) => node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'ledger').length,
-    ms: times.sort((a, b) => a - b)[1]!,
+    blocks: (result.Plan['Shared Hit Blocks'] ?? 0) + (result.Plan['Shared Read Blocks'] ?? 0),
   };
 }
 
@@ -103,7 +103,8 @@ const cases: [string, Omit<ListRunsFilter, 'limit'>, string | string[]][] = [
   ['a rare workflow', { workflow: 'export' }, 'ledger_runs_workflow_idx'],
   ['a workflow, all versions', { workflow: 'checkout' }, 'ledger_runs_workflow_idx'],
   ['a workflow and its old version', { workflow: 'checkout', version: 1 }, 'ledger_runs_workflow_idx'],
-  ['a workflow and a rare status', { workflow: 'checkout', status: 'failed' }, 'ledger_runs_unsuccessful_idx'],
+  ['a workflow and a rare status', { workflow: 'checkout', status: 'failed' }, 'ledger_runs_unsuccessful_workflow_idx'],
+  ['a workflow and its cancelled runs', { workflow: 'refund', status: 'cancelled' }, 'ledger_runs_unsuccessful_workflow_idx'],
   ['a workflow and a parked status', { workflow: 'checkout', status: 'waiting' }, 'ledger_due_idx'],
   // The scope is a column of the index: it is checked there, without reading rows; for a tiny scope the primary key may win.
   ['a small scope', { scope: 'tenant-7' }, ['ledger_runs_created_idx', 'ledger_pkey']],
@@ -112,13 +113,13 @@ const cases: [string, Omit<ListRunsFilter, 'limit'>, string | string[]][] = [
 ];
 
 describe('the runs listing on 10⁶ ledger rows', () => {
-  it.each(cases)('%s: served by %s, a page in < 100 ms', async (_name, filter, index) => {
+  it.each(cases)('%s: served by %s, a page in < BLOCKS buffer pages', async (_name, filter, index) => {
     const full: ListRunsFilter = { ...filter, limit: 50, order: 'newest' };
     const statement = runsStatement(clock, full);
-    const { indexes, seqScans, ms } = await explain(statement.text, statement.values);
+    const { indexes, seqScans, blocks } = await explain(statement.text, statement.values);
     expect(indexes.some((used) => (typeof index === 'string' ? [index] : index).includes(used))).toBe(true);
     expect(seqScans).toBe(0);
-    expect(ms).toBeLessThan(100);
+    expect(blocks).toBeLessThan(BLOCKS);
     const page = await listRuns(db().sql, clock, full);
     expect(page.runs.length).toBeGreaterThan(0);
     for (const run of page.runs) {
@@ -143,7 +144,7 @@ describe('the runs listing on 10⁶ ledger rows', () => {
     const statement = runsStatement(clock, filter);
     const plan = await explain(statement.text, statement.values);
     expect(plan.indexes).toContain('ledger_runs_workflow_idx');
-    expect(plan.ms).toBeLessThan(100);
+    expect(plan.blocks).toBeLessThan(BLOCKS);
     await expect(listRuns(db().sql, clock, { limit: 50, cursor: 'bm90LWEtY3Vyc29y' })).rejects.toThrow(/cursor is not one stepkey made/);
   });
 
@@ -152,7 +153,7 @@ describe('the runs listing on 10⁶ ledger rows', () => {
     const plan = await explain(statement.text, statement.values);
     expect(plan.seqScans).toBe(0);
     expect(plan.indexes).toEqual(expect.arrayContaining(['ledger_run_leases_idx', 'ledger_runs_unsuccessful_idx', 'ledger_runs_created_idx']));
-    expect(plan.ms).toBeLessThan(100);
+    expect(plan.blocks).toBeLessThan(BLOCKS);
     const { runs } = await listRuns(db().sql, clock, { limit: 200, order: 'attention' });
     expect(runs.slice(0, 50).every((run) => run.status === 'stuck')).toBe(true);
     expect(runs[50]!.status).toBe('failed');

@@ -17,7 +17,9 @@
  *                                workflow's versions and each contributes its
  *                                newest rows (one range per version)
  *   failed, errored, cancelled   ledger_runs_unsuccessful_idx (only runs that
- *                                ended without success have an entry)
+ *                                ended without success have an entry); with a
+ *                                workflow, ledger_runs_unsuccessful_workflow_idx
+ *                                (name, created_at, …) over the same runs
  *   running, stuck               ledger_run_leases_idx (in-progress runs only)
  *   waiting, needs_review        ledger_due_idx (parked runs only)
  *   scope                        the primary key (scope, key) for a small scope;
@@ -132,7 +134,8 @@ function filters(text: SqlText, filter: ListRunsFilter): string {
     // With a status whose own index is the narrower way in (failed, running, waiting, …), the workflow is
     // checked on that index's few rows: `|| ''` keeps the planner from reading the whole workflow's range
     // of ledger_runs_workflow_idx instead, which its estimates sometimes prefer.
-    const name = statusIndexFirst(filter) ? "(l.name || '')" : 'l.name';
+    // An unsuccessful status has an index by workflow of its own (ledger_runs_unsuccessful_workflow_idx).
+    const name = statusIndexFirst(filter) && !unsuccessfulStatus(filter) ? "(l.name || '')" : 'l.name';
     parts.push(`${name} = ${text.param(filter.workflow)}::text`);
   }
   if (filter.version !== undefined) parts.push(`l.version = ${text.param(filter.version)}::int`);
@@ -145,6 +148,11 @@ function filters(text: SqlText, filter: ListRunsFilter): string {
 /** Whether the status filter has an index of its own that serves the page better than the workflow's. */
 function statusIndexFirst(filter: ListRunsFilter): boolean {
   return filter.status !== undefined && runStatusSpec(filter.status).index !== 'ledger_runs_created_idx';
+}
+
+/** Whether the status filter is one of the unsuccessful ends (failed, errored, cancelled). */
+function unsuccessfulStatus(filter: ListRunsFilter): boolean {
+  return filter.status !== undefined && runStatusSpec(filter.status).index === 'ledger_runs_unsuccessful_idx';
 }
 
 const order = 'order by sort_at desc, scope desc, key desc';

@@ -40,6 +40,8 @@ export interface SweptRun {
   attempts: number;
   /** A parked run that was due (not a lease that expired). */
   woken?: boolean;
+  /** The queue whose slot the run holds (a takeover keeps it), or null. */
+  queue: string | null;
 }
 
 /**
@@ -96,7 +98,8 @@ export async function sweepExpiredRuns(
            updated_at = ${now}
       from taken t
      where l.scope = t.scope and l.key = t.key
-    returning l.scope, l.key, l.lease_token::text as token, l.attempts, t.woken`;
+    returning l.scope, l.key, l.lease_token::text as token, l.attempts, t.woken,
+              (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and e.holding) as queue`;
 }
 
 /**
@@ -113,9 +116,9 @@ export async function wakeDueRun(
   ref: KeyRef,
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
-): Promise<SweptRun | undefined> {
+): Promise<Omit<SweptRun, 'queue'> | undefined> {
   const now = sqlNow(q, clock);
-  const [row] = await q<SweptRun[]>`
+  const [row] = await q<Omit<SweptRun, 'queue'>[]>`
     with due as (
       select l.scope, l.key
         from stepkey.ledger l

@@ -1,0 +1,1 @@
+CREATE INDEX "ledger_runs_unsuccessful_workflow_idx" ON "stepkey"."ledger" USING btree ("name","created_at","scope","key") WHERE "stepkey"."ledger"."kind" = 'run' and ("stepkey"."ledger"."status" = 'failed' or "stepkey"."ledger"."status" = 'cancelled' or ("stepkey"."ledger"."status" = 'completed' and not "stepkey"."ledger"."outcome_ok"));
