@@ -39,6 +39,7 @@ function renderMatch(match: InspectedKey, nowMs: number): string[] {
   if (row.kind === 'step' && row.parentKey) field('run', `'${row.parentKey}' (step of that run)`);
   if (row.rerunOf) field('rerun of', `'${row.rerunOf}' from step '${row.rerunFrom}' (the steps before it taken from that run's record)`);
   if (match.reruns.length) field('rerun as', match.reruns.map((key) => `'${key}'`).join(', '));
+  if (row.kind === 'run' && row.parentRun) field('parent', `run '${row.parentRun}' (this run is its child)`);
   field('status', `${matchStatus(match, nowMs)} · ${plural(row.attempts, 'attempt')}`);
   const took = row.completedAt === null || row.kind === 'step' ? '' : ` · took ${formatDuration(row.completedAt - row.createdAt)}`;
   field('created', `${new Date(row.createdAt).toISOString()} (${relative(row.createdAt - nowMs)})${took}`);
@@ -57,6 +58,15 @@ function renderMatch(match: InspectedKey, nowMs: number): string[] {
   }
   if (row.kind === 'run' && row.status === 'waiting' && row.waitKind === 'limit' && row.waitStep) {
     field('waits for', `step limit '${row.waitFor}' at step '${row.waitStep}' (a token or a slot; it holds no lease meanwhile)`);
+  }
+  if (match.children.length) {
+    lines.push(`  child runs (${match.children.length})`);
+    const width = Math.max(...match.children.map((child) => child.key.length));
+    match.children.forEach((child, index) => {
+      const branch = index === match.children.length - 1 ? '└─' : '├─';
+      const version = child.version === null ? '' : `@${child.version}`;
+      lines.push(`  ${branch} ${child.key.padEnd(width)}  ${child.workflow}${version} · ${child.runStatus.replace('_', ' ')} · ${plural(child.attempts, 'attempt')}`);
+    });
   }
   if (row.kind === 'step') {
     // A step is its own derived key: where else it went, without a tree.
@@ -192,6 +202,12 @@ export function inspectionJson(inspection: Inspection) {
     workflow: match.workflow ?? null,
     rerunOf: match.row.rerunOf ? { key: match.row.rerunOf, from: match.row.rerunFrom } : null,
     reruns: match.reruns,
+    parentRun: match.row.parentRun,
+    children: match.children.map((child) => ({
+      ...child,
+      createdAt: new Date(child.createdAt).toISOString(),
+      completedAt: child.completedAt === null ? null : new Date(child.completedAt).toISOString(),
+    })),
     queue: match.queue === null ? null : queueJson(match.queue),
     items: match.items.map((item) => ({
       name: item.name,

@@ -46,7 +46,7 @@ export async function startHeartbeat(options: HeartbeatOptions): Promise<Heartbe
   let inFlight: Promise<void> | undefined;
   const timer = setInterval(() => {
     inFlight ??= beatPool(connection.sql, clock, poolId)
-      .then(() => unlockDeadPools(connection.sql, clock, leaseMs))
+      .then(() => unlockDeadPools(connection.sql, clock, leaseMs, poolId))
       .then(
         (unlocked) => {
           for (const pool of unlocked) {

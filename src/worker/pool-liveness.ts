@@ -31,15 +31,18 @@ export async function stopPool(q: Queryable, clock: Clock, poolId: string): Prom
  * Declares dead every pool silent for `deadAfterMs` and unlocks its jobs, in
  * one statement. Guarantee: a pool is unlocked once (the UPDATE marks it
  * stopped), and only pools that stopped beating — a live pool's jobs stay
- * locked by it. Returns the pools unlocked.
+ * locked by it. A worker passes its own pool as `self`: however late its
+ * last beat looks (a stall between beating and this check), it never
+ * unlocks its own jobs. Returns the pools unlocked.
  */
-export async function unlockDeadPools(q: Queryable, clock: Clock, deadAfterMs: number): Promise<string[]> {
+export async function unlockDeadPools(q: Queryable, clock: Clock, deadAfterMs: number, self: string | null = null): Promise<string[]> {
   const now = sqlNow(q, clock);
   const [row] = await q<{ ids: string[] }[]>`
     with dead as (
       update stepkey.worker_pools
          set stopped_at = ${now}, unlocked_at = ${now}
        where stopped_at is null
+         and pool_id is distinct from ${self}::text
          and last_beat_at < ${now} - ${deadAfterMs}::float8 * interval '1 millisecond'
       returning pool_id
     ), ids as (

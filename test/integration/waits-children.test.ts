@@ -12,6 +12,8 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { RunRef } from '../../src/workflow/handles.js';
 import { ChildRunError } from '../../src/workflow/waits/child-error.js';
 import { childRunKey } from '../../src/workflow/waits/children.js';
+import { readKeyTree } from '../../src/read/key-tree.js';
+import { inspectionJson, renderInspection } from '../../src/cli/inspect-render.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
@@ -81,6 +83,18 @@ describe('child()', () => {
     const childStep = parent.steps.find((s) => s.name === 'ship-order.v1')!;
     const child = (await engine.get({ scope: 'acme', key: childRunKey(childStep.key) }))!;
     expect(child).toMatchObject({ workflow: 'children-shipping', status: 'completed', parentRun: ref.key });
+    // `stepkey inspect` names the child under its parent, and the parent on the child.
+    const parentText = renderInspection(await readKeyTree(db().sql, ref, [checkout, shipping])).join('\n');
+    const lines = parentText.split('\n');
+    const heading = lines.indexOf('  child runs (1)');
+    expect(heading).toBeGreaterThan(0);
+    expect(lines[heading + 1]).toMatch(/^  └─ /);
+    expect(lines[heading + 1]).toContain(child.key);
+    expect(lines[heading + 1]).toContain('children-shipping@1 · completed · 1 attempt');
+    const childText = renderInspection(await readKeyTree(db().sql, { scope: 'acme', key: child.key }, [checkout, shipping])).join('\n');
+    expect(childText).toContain(`parent     run '${ref.key}' (this run is its child)`);
+    const json = inspectionJson(await readKeyTree(db().sql, ref, [checkout, shipping]));
+    expect(json[0]!.children).toEqual([expect.objectContaining({ key: child.key, workflow: 'children-shipping', runStatus: 'completed' })]);
     // Replays read the recorded child result; the child is not started again.
     expect(await engine.run(checkout, ref, { order: 'o-1' })).toEqual(result);
     expect(shipments - before).toBe(1);

@@ -1,7 +1,7 @@
 /**
  * A live worker is never declared dead: it keeps beating while it drains its
  * jobs on stop(), and while every connection of its app pool is held by an
- * effect transaction. Time is moved with the worker's clock; a beat taken
+ * effect transaction; and its own check for dead pools never takes its jobs. Time is moved with the worker's clock; a beat taken
  * after the move proves the worker still beats.
  */
 import { afterEach, describe, expect, it } from 'vitest';
@@ -96,5 +96,24 @@ describe('worker liveness', () => {
     await expect.poll(() => beatSince(worker.poolId, clock), { timeout: 5_000 }).toBe(true);
     expect(await unlockDeadPools(db().sql, clock, leaseMs)).not.toContain(worker.poolId);
     expect(await lockedBy(worker.poolId)).toBe(2);
+  });
+
+  it('never unlocks its own jobs, however late its last beat looks; another worker does', async () => {
+    closeGate();
+    const clock = new Clock();
+    const worker = await startWorker(db(), clock);
+    await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('own') });
+    await expect.poll(() => started, { timeout: 10_000 }).toBe(1);
+    // As if the worker stalled between its beat and its check for dead pools (in one transaction,
+    // so that none of its beats comes in between).
+    const checkAsIfStale = (self: string) =>
+      db().sql.begin(async (tx) => {
+        await tx`update stepkey.worker_pools set last_beat_at = now() - interval '1 hour' where pool_id = ${worker.poolId}`;
+        return unlockDeadPools(tx, new Clock(), leaseMs, self);
+      });
+    expect(await checkAsIfStale(worker.poolId)).not.toContain(worker.poolId);
+    expect(await lockedBy(worker.poolId)).toBe(1);
+    expect(await checkAsIfStale('another-pool')).toContain(worker.poolId);
+    expect(await lockedBy(worker.poolId)).toBe(0);
   });
 });
