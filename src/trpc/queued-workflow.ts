@@ -47,11 +47,21 @@ export type QueuedAnswer =
   | { kind: 'completed'; output: unknown; replayed: boolean }
   | { kind: 'accepted'; wait: RunWaitView; replayed: boolean };
 
-/** The queue's name, checked when the procedure is defined. */
-export function queueNameOf(option: unknown, where: string): string {
+/**
+ * The queue's name, checked when the procedure is defined: a queue made with
+ * defineQueue() or a name, and — given the engine — one it registers.
+ */
+export function queueNameOf(option: unknown, where: string, engine?: Engine): string {
   const name = typeof option === 'string' ? option : (option as Queue | undefined)?.kind === 'stepkey.queue' ? (option as Queue).name : undefined;
   if (!name) {
     throw new StepkeyError('definition_error', `${where}: { queue } must be a queue made with defineQueue() or its name, got ${typeof option}.`);
+  }
+  if (engine) {
+    try {
+      engine.requireQueue(name);
+    } catch (error) {
+      throw new StepkeyError('definition_error', `${where}: ${(error as Error).message}`);
+    }
   }
   return name;
 }

@@ -54,7 +54,7 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
   options: WorkflowProcedureOptions<Ctx, W>,
 ) {
   type Overrides = { run: RunContextForResolver<WorkflowResult<W>> };
-  const queue = options.queue === undefined ? undefined : queueNameOf(options.queue, `idempotency.workflow(${workflow.name})`);
+  const queue = options.queue === undefined ? undefined : queueNameOf(options.queue, `idempotency.workflow(${workflow.name})`, config.engine);
   if (queue === undefined && options.priority !== undefined) {
     throw new StepkeyError('definition_error', `idempotency.workflow(${workflow.name}): a priority needs a queue.`);
   }

@@ -117,7 +117,7 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
   for (const [name, workflow] of Object.entries(workflows)) {
     engine.registry.require(workflow);
     const queueOption = options.queues?.[name];
-    const queue = queueOption === undefined ? undefined : queueNameOf(queueOption, `createWorkflowRouter: ${name}`);
+    const queue = queueOption === undefined ? undefined : queueNameOf(queueOption, `createWorkflowRouter: ${name}`, engine);
     const start = base.input(workflow.input).use(captureRawInput as never).mutation((async (opts: { ctx: Ctx; input: unknown; path: string }) => {
         const request = readKeyedRequest(config, access, opts.ctx, 'required')!;
         const raw = (opts.ctx as { [rawInputKey]?: unknown })[rawInputKey];

@@ -212,6 +212,14 @@ export class Engine {
     this.#heartbeat.unref();
   }
 
+  /**
+   * The queue registered as `queue` (an object made by defineQueue, or a
+   * name); throws `invalid_options` naming the registered queues otherwise.
+   */
+  requireQueue(queue: Queue | string): Queue {
+    return this.#flow.require(queue);
+  }
+
   /** Runs executing in this process right now. */
   get activeRuns(): number {
     return this.#running.size;

@@ -64,7 +64,6 @@ function buildRouter(engine: ReturnType<typeof testEngine>) {
   }));
   return t.router({
     report: t.procedure.input(report.input).use(idem.workflow(report, { queue: reports })).mutation(resolver),
-    misrouted: t.procedure.input(report.input).use(idem.workflow(report, { queue: 'no-such-queue' })).mutation(resolver),
     workflows: t.router(createWorkflowRouter(t, idem, { report }, { queues: { report: reports } })),
   });
 }
@@ -166,22 +165,24 @@ describe('a workflow procedure on a queue', () => {
     await expect.poll(async () => (await status(key)).status, { timeout: 10_000 }).toBe('completed');
   });
 
-  it('refuses a queue the engine does not register, naming it, and stores nothing', async () => {
-    const key = uniqueKey('misrouted');
-    const answer = await post(url, 'misrouted', { month: '2026-07' }, { 'Idempotency-Key': `"${key}"` });
-    expect(answer.status).toBe(500);
-    expect(answer.body).toContain("Queue 'no-such-queue' is not registered with this engine (registered: trpc-reports)");
-    const [rows] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.ledger where scope = 'acme' and key = ${key}`;
-    expect(rows!.n).toBe(0);
-    // And a queue option that is no queue at all is refused when the procedure is defined.
+  it('refuses, when the procedure is defined, a queue the engine does not register (naming it) and a queue option that is no queue', async () => {
+    const t = initTRPC.create();
     const idem = createIdempotency({ ledger: new Ledger({ sql: db().sql }), engine, scope: () => 'acme' });
-    let thrown: unknown;
-    try {
-      idem.workflow(report, { queue: 42 as never });
-    } catch (error) {
-      thrown = error;
-    }
-    expect(isStepkeyError(thrown, 'definition_error')).toBe(true);
-    expect(String((thrown as Error).message)).toContain('{ queue } must be a queue made with defineQueue() or its name');
+    const definitionError = (define: () => unknown) => {
+      try {
+        define();
+      } catch (error) {
+        expect(isStepkeyError(error, 'definition_error')).toBe(true);
+        return (error as Error).message;
+      }
+      throw new Error('no error was thrown');
+    };
+    expect(definitionError(() => idem.workflow(report, { queue: 'no-such-queue' }))).toContain(
+      "idempotency.workflow(trpc-queued-report): Queue 'no-such-queue' is not registered with this engine (registered: trpc-reports)",
+    );
+    expect(definitionError(() => createWorkflowRouter(t, idem, { report }, { queues: { report: 'no-such-queue' } }))).toContain(
+      "createWorkflowRouter: report: Queue 'no-such-queue' is not registered with this engine",
+    );
+    expect(definitionError(() => idem.workflow(report, { queue: 42 as never }))).toContain('{ queue } must be a queue made with defineQueue() or its name');
   });
 });
