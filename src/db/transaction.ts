@@ -20,6 +20,18 @@ export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepo
 
 type Pending = postgres.PendingQuery<postgres.Row[]>;
 
+/** The parts of postgres.js's internal connection object that a transaction reads and sets (its BEGIN's onexecute hands it over). */
+interface PooledConnection {
+  onclose?: () => void;
+  /** Set per reservation while reserved; null once released or closed. */
+  reserved?: unknown;
+  /** Ends the connection: its queries in flight are rejected, the server rolls its transaction back. */
+  terminate?: () => void;
+}
+
+/** The transaction that last sent BEGIN on each of postgres.js's connections (see Transaction.begin). */
+const owners = new WeakMap<PooledConnection, Transaction>();
+
 /** The parts of a postgres.js Query that a transaction follows (see the note on Transaction). */
 interface TrackedQuery {
   executed: boolean;
@@ -109,6 +121,9 @@ export class Transaction {
   #savepoints = 0;
   /** Queries made through this transaction and not settled yet. */
   readonly #inFlight = new Set<TrackedQuery>();
+  /** postgres.js's connection, and the reservation it carried when BEGIN was sent on it (see #ours). */
+  #internal: PooledConnection | undefined;
+  #reservation: unknown;
 
   private constructor(connection: postgres.ReservedSql) {
     this.#connection = connection;
@@ -125,8 +140,21 @@ export class Transaction {
   static async begin(pool: Sql, options: { statementTimeoutMs?: number; acquireTimeoutMs?: number } = {}): Promise<Transaction> {
     const connection = await reserveWithin(pool, options.acquireTimeoutMs ?? DEFAULT_ACQUIRE_TIMEOUT_MS);
     const transaction = new Transaction(connection);
-    const onexecute = (internal: { onclose?: () => void }) => {
+    const onexecute = (internal: PooledConnection) => {
+      const other = owners.get(internal);
+      owners.set(internal, transaction);
       internal.onclose = () => transaction.#died();
+      transaction.#internal = internal;
+      transaction.#reservation = internal.reserved;
+      if (other && other !== transaction && !other.#released && !other.#dead) {
+        // postgres.js 3.4 handed one connection to two reservations at once (seen when backends are
+        // terminated while connections open): this BEGIN joined the other transaction on the server.
+        // Neither may go on or commit the other's work: both are dead, and the connection is ended,
+        // so that the server rolls back what either wrote and the pool opens a clean one.
+        other.#died();
+        transaction.#died();
+        queueMicrotask(() => internal.terminate?.());
+      }
       return true;
     };
     const begin = options.statementTimeoutMs
@@ -150,6 +178,7 @@ export class Transaction {
     this.#ensureOpen();
     this.#open = false;
     try {
+      this.#checkOurs();
       if (this.#dead) throw connectionClosed();
       const sent = last.map((query) => quiet(query.execute()));
       const commit = quiet(this.#statement('commit').execute());
@@ -192,6 +221,7 @@ export class Transaction {
   abandon(): void {
     if (!this.#open) return;
     this.#open = false;
+    this.#checkOurs();
     if (this.#dead) return;
     const release = () => this.#release();
     this.#statement('rollback').then(release, release);
@@ -200,7 +230,25 @@ export class Transaction {
   #release(): void {
     this.#released = true;
     this.#inFlight.clear();
-    if (!this.#dead) this.#connection.release();
+    // Released only while it is still ours: postgres.js's release hands the connection object to the
+    // next waiter, and after a close that object may already serve someone else.
+    if (!this.#dead && this.#ours()) this.#connection.release();
+  }
+
+  /**
+   * Whether the connection is still this transaction's. postgres.js marks a
+   * connection reserved with a function of that reservation's own, clears it
+   * when the connection closes, and sets another when the (reconnected)
+   * object is reserved again: any other value means the connection went away,
+   * whether or not its close was reported here. Unknown until BEGIN is sent.
+   */
+  #ours(): boolean {
+    return this.#internal === undefined || this.#internal.reserved === this.#reservation;
+  }
+
+  /** Dead if, before its end, its connection is no longer ours (#ours): nothing more is sent, in-flight queries are rejected. */
+  #checkOurs(): void {
+    if (!this.#dead && !this.#released && !this.#ours()) this.#died();
   }
 
   #died(): void {
@@ -219,6 +267,7 @@ export class Transaction {
     if (typeof handler === 'function') {
       const checked = Object.assign(
         (running: TrackedQuery) => {
+          this.#checkOurs();
           if (this.#dead) return running.reject(connectionClosed());
           if (this.#released) {
             return running.reject(new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.'));
@@ -250,6 +299,7 @@ export class Transaction {
 
   /** The transaction's own BEGIN/COMMIT/ROLLBACK: allowed while it ends, tracked like any query. */
   #statement(text: string) {
+    this.#checkOurs();
     if (this.#dead) throw connectionClosed();
     return this.#track(this.#connection.unsafe(text));
   }
@@ -261,6 +311,7 @@ export class Transaction {
    */
   #guarded(connection: postgres.ReservedSql): TxSql {
     const check = () => {
+      this.#checkOurs();
       if (this.#dead) throw connectionClosed();
       if (!this.#open) {
         throw new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.');
