@@ -1,4 +1,4 @@
-/** Helpers of the flow-control tests: a table of recorded step intervals, and waiting for runs to end. */
+/** Helpers of the flow-control tests: gates a run waits at, a table of recorded step intervals, and waiting for runs to end. */
 import type { Sql } from '../../src/db/connect.js';
 
 export async function createIntervals(sql: Sql): Promise<void> {
@@ -90,4 +90,26 @@ export async function slotsHeld(sql: Sql, queue: string): Promise<{ held: number
     select count(*) filter (where holding)::int as held, count(*)::int as entries
       from stepkey.queue_entries where queue = ${queue}`;
   return row!;
+}
+
+/**
+ * Gates a test opens: a run's step waits at `gate(id).opened` until the test
+ * calls `gate(id).open()`; `openAll()` (after each test) lets every waiter go.
+ */
+export function gates() {
+  const entries = new Map<string, { open: () => void; opened: Promise<void> }>();
+  const gate = (id: string) => {
+    let entry = entries.get(id);
+    if (!entry) {
+      let open!: () => void;
+      const opened = new Promise<void>((resolve) => (open = resolve));
+      entry = { open, opened };
+      entries.set(id, entry);
+    }
+    return entry;
+  };
+  const openAll = () => {
+    for (const entry of entries.values()) entry.open();
+  };
+  return { gate, openAll, clear: () => entries.clear() };
 }

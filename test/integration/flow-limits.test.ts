@@ -18,22 +18,13 @@ import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { waitForRunsToEnd } from '../helpers/flow.js';
+import { gates, waitForRunsToEnd } from '../helpers/flow.js';
 import { limitHeld, runRow } from '../helpers/limits.js';
 
 const db = useTestDatabase();
 
-const gates = new Map<string, { open: () => void; opened: Promise<void> }>();
-const gate = (id: string) => {
-  let entry = gates.get(id);
-  if (!entry) {
-    let open!: () => void;
-    const opened = new Promise<void>((resolve) => (open = resolve));
-    entry = { open, opened };
-    gates.set(id, entry);
-  }
-  return entry;
-};
+/** Gates the test opens: a run waits at its step until its gate opens. */
+const { gate, openAll, clear: clearGates } = gates();
 const inside = new Set<string>();
 let most = 0;
 const executions = new Map<string, number>();
@@ -109,9 +100,9 @@ const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
 };
 
 afterEach(async () => {
-  for (const g of gates.values()) g.open();
+  openAll();
   await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
-  gates.clear();
+  clearGates();
 });
 
 describe('step limits', () => {

@@ -14,22 +14,12 @@ import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
+import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 
 const db = useTestDatabase();
 
 /** Gates the test opens: a run waits at its step until its gate opens. */
-const gates = new Map<string, { open: () => void; opened: Promise<void> }>();
-const gate = (id: string) => {
-  let entry = gates.get(id);
-  if (!entry) {
-    let open!: () => void;
-    const opened = new Promise<void>((resolve) => (open = resolve));
-    entry = { open, opened };
-    gates.set(id, entry);
-  }
-  return entry;
-};
+const { gate, openAll } = gates();
 const started: string[] = [];
 const executions = new Map<string, number>();
 
@@ -87,7 +77,7 @@ const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
   return made;
 };
 afterEach(async () => {
-  for (const open of gates.values()) open.open();
+  openAll();
   await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
 });
 

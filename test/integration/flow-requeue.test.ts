@@ -29,7 +29,7 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
 import { useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { createIntervals, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
+import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { withDatabase } from '../helpers/urls.js';
 
@@ -37,17 +37,8 @@ const db = useTestDatabase();
 /** The database the workflow records its intervals in (the upgrade test switches it). */
 let current: () => Database = db;
 
-const gates = new Map<string, { open: () => void; opened: Promise<void> }>();
-const gate = (id: string) => {
-  let entry = gates.get(id);
-  if (!entry) {
-    let open!: () => void;
-    const opened = new Promise<void>((resolve) => (open = resolve));
-    entry = { open, opened };
-    gates.set(id, entry);
-  }
-  return entry;
-};
+/** Gates the test opens: a run waits at its step until its gate opens. */
+const { gate, openAll } = gates();
 /** Runs whose work step throws (a retryable error, past its two attempts: the run fails, resumable). */
 const failing = new Set<string>();
 const prepared = new Map<string, number>();
@@ -94,7 +85,7 @@ beforeAll(async () => {
   await createIntervals(db().sql);
 });
 afterEach(async () => {
-  for (const g of gates.values()) g.open();
+  openAll();
   await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
 });
 
