@@ -3,7 +3,7 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   lock the queue's row
+ *   lock the queue (its advisory lock and its row's)
  *   insert the entry; park the run (wait_kind 'slot'); dispatch; COMMIT
  *
  * When the queue has a free slot, the dispatch in that same transaction

@@ -10,7 +10,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueStatement, type DispatchedRun } from './sql/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, type DispatchedRun } from './sql/dispatch.js';
 import { writeQueueSettings } from './sql/settings.js';
 
 export type Versions = readonly { name: string; version: number }[];
@@ -68,9 +68,9 @@ export class FlowControl {
     return this.#settings;
   }
 
-  /** Within an open transaction: locks the queue, then dispatches (the last statement, sent with COMMIT). */
+  /** Within an open transaction (an enqueue's): takes both of the queue's locks, then dispatches (the last statement, sent with COMMIT). */
   async lockIn(tx: TxSql, queue: string): Promise<void> {
-    await lockQueueStatement(tx, [queue], false);
+    await Promise.all([lockQueueStatement(tx, [queue], false), lockQueueRowStatement(tx, queue, false)]);
   }
 
   dispatchIn(tx: TxSql, queue: string, limit: number, leaseMs: number, versions: Versions) {
@@ -99,16 +99,19 @@ export class FlowControl {
       }
       const results: { queue: string; runs: DispatchedRun[] }[] = [];
       let left = limit;
+      let committed = false;
       for (const [index, { name }] of locked.entries()) {
+        if (left <= 0) break;
+        // Nothing waits: nothing to dispatch, and no row lock (this transaction writes nothing for it).
+        if ((await lockQueueRowStatement(tx.sql, name, true)).length === 0) continue;
         const statement = dispatchStatement(tx.sql, this.#clock, name, left, leaseMs, versions);
-        const runs = dispatchedRuns(index === locked.length - 1 ? (await tx.commit(statement))[0] : await statement);
+        const last = index === locked.length - 1;
+        const runs = dispatchedRuns(last ? (await tx.commit(statement))[0] : await statement);
+        committed = last;
         results.push({ queue: name, runs });
         left -= runs.length;
-        if (left <= 0 && index < locked.length - 1) {
-          await tx.commit();
-          break;
-        }
       }
+      if (!committed) await tx.commit();
       return results;
     } catch (error) {
       tx.abandon();

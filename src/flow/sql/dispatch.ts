@@ -1,9 +1,10 @@
 /**
  * Dispatch: which queued runs get the queue's free slots, decided in SQL.
  *
- * A dispatch is two statements in one transaction: lockQueueStatement takes
- * the queue's row lock, then dispatchStatement — with a snapshot taken after
- * the lock, so it sees every slot granted by an earlier dispatch — counts the
+ * A dispatch is three statements in one transaction: lockQueueStatement and
+ * lockQueueRowStatement take the queue's lock (below), then dispatchStatement —
+ * with a snapshot taken after the lock, so it sees every slot granted by an
+ * earlier dispatch — counts the
  * slots held, picks the runs and starts them. Order of precedence:
  *
  *   1. priority, higher first
@@ -31,11 +32,52 @@ export interface DispatchedRun {
   attempts: number;
 }
 
-/** Locks the queues in `names` that no other dispatch holds (skipLocked) or waits for them; returns those locked. */
+/**
+ * A queue's lock is taken in two parts. Every dispatch and enqueue first
+ * takes a transaction-scoped advisory lock on the queue's name
+ * (lockQueueStatement), which excludes the others and writes nothing.
+ * Whoever then grants a slot or adds an entry also takes the queue row's lock
+ * (lockQueueRowStatement), the lock releases before this one took alone, so
+ * that it excludes them too during a rolling deploy. A dispatch that finds
+ * nothing waiting takes only the advisory lock and commits without writing:
+ * the dispatch after a run's end and a sweep of idle queues cost no WAL flush.
+ */
+
+/**
+ * Takes the advisory locks of the queues in `names` that no other dispatch
+ * holds (skipLocked), or waits for one queue's; returns the queues locked
+ * (those that have a row). MATERIALIZED keeps the try-lock to the queues listed.
+ */
 export function lockQueueStatement(q: Queryable, names: readonly string[], skipLocked: boolean) {
-  return skipLocked
-    ? q<{ name: string }[]>`select name from stepkey.queues where name = any(${names}::text[]) order by name for update skip locked`
-    : q<{ name: string }[]>`select name from stepkey.queues where name = any(${names}::text[]) order by name for update`;
+  if (skipLocked) {
+    return q<{ name: string }[]>`
+      with listed as materialized (select name from stepkey.queues where name = any(${names}::text[]))
+      select name from listed where pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) order by name`;
+  }
+  if (names.length !== 1) throw new Error('lockQueueStatement waits for one queue at a time.');
+  return q<{ name: string }[]>`
+    with listed as materialized (select name from stepkey.queues where name = ${names[0]!}::text)
+    select name from listed, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`;
+}
+
+/**
+ * Under the queue's advisory lock: takes its row's lock — only if a run waits
+ * in it (`ifWaiting`: an empty answer then means there is nothing to
+ * dispatch), or always (an enqueue, which adds its entry).
+ */
+export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: boolean) {
+  return ifWaiting
+    ? q<{ name: string }[]>`
+        select name from stepkey.queues
+         where name = ${queue}
+           and exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed)
+           for update`
+    : q<{ name: string }[]>`select name from stepkey.queues where name = ${queue} for update`;
+}
+
+/** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
+function queueLockKey(q: Queryable, column: string) {
+  return q`hashtextextended('stepkey.queue' || chr(30) || ${q(column)}, 0)`;
 }
 
 /** The rows of a dispatchStatement. */
@@ -43,7 +85,7 @@ export const dispatchedRuns = (rows: readonly unknown[] | undefined): Dispatched
 
 /**
  * Starts up to `limit` queued runs of `queue` whose workflow version is in
- * `versions` (this process can execute them). Only under lockQueueStatement.
+ * `versions` (this process can execute them). Only under both of the queue's locks.
  */
 export function dispatchStatement(
   q: Queryable,
