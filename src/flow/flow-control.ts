@@ -92,7 +92,10 @@ export class FlowControl {
     await this.ready();
     const tx = await Transaction.begin(this.#sql, { acquireTimeoutMs: leaseMs });
     try {
-      const locked = await lockQueueStatement(tx.sql, queue ? [queue] : this.names, queue === undefined);
+      // One queue: its row check travels with its lock, and runs once the lock is held (a statement of its own, its own snapshot).
+      const [locked, checked] = queue
+        ? await Promise.all([lockQueueStatement(tx.sql, [queue], false), lockQueueRowStatement(tx.sql, queue, true)])
+        : [await lockQueueStatement(tx.sql, this.names, true), undefined];
       if (locked.length === 0) {
         await tx.rollback();
         return [];
@@ -103,7 +106,7 @@ export class FlowControl {
       for (const [index, { name }] of locked.entries()) {
         if (left <= 0) break;
         // Nothing waits: nothing to dispatch, and no row lock (this transaction writes nothing for it).
-        if ((await lockQueueRowStatement(tx.sql, name, true)).length === 0) continue;
+        if ((checked ?? (await lockQueueRowStatement(tx.sql, name, true))).length === 0) continue;
         const statement = dispatchStatement(tx.sql, this.#clock, name, left, leaseMs, versions);
         const last = index === locked.length - 1;
         const runs = dispatchedRuns(last ? (await tx.commit(statement))[0] : await statement);
