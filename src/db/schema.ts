@@ -81,6 +81,14 @@ export const ledger = stepkeySchema.table(
      * (see telemetry/tracing.ts).
      */
     traceContext: text('trace_context'),
+    /**
+     * Whether the run may hold a queue slot or a limit slot: only then does
+     * its end fire the flow-control triggers that give them back (migration
+     * 0011). True unless the run's start knew better (a workflow with no
+     * limited step, not enqueued); an entry or a slot inserted for a row
+     * marked false marks it true (stepkey.flow_mark).
+     */
+    flow: boolean('flow').notNull().default(true),
     /** A step row's place in its run's record: the order the run recorded its steps (null on older rows). */
     seq: integer('seq'),
     leaseToken: uuid('lease_token'),

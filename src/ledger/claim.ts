@@ -10,7 +10,7 @@ import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
-import { claimRow } from './sql/claim.js';
+import { claimRow, insertClaimRow, probeRow, type ClaimRow } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimRequest, ClaimResult } from './types.js';
 
@@ -62,7 +62,6 @@ export async function claimKey(
     const row = await claimRow(q, clock, request, token, leaseMs, mode);
     if (!row) continue; // committed after our snapshot: read again
     const lease = { scope: request.scope, key: request.key, token };
-    const existing = { rootKey: row.root_key, version: row.version };
     switch (row.state) {
       case 'vacant':
         return { state: 'vacant' };
@@ -79,24 +78,9 @@ export async function claimKey(
         return { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
       }
       case 'replay':
-        return {
-          state: 'replay',
-          outcome: {
-            status: row.status === 'cancelled' ? 'cancelled' : 'completed',
-            ok: row.outcome_ok ?? false,
-            body: row.outcome ?? '',
-            code: row.outcome_code,
-          },
-          ...existing,
-        };
       case 'in_progress':
-        return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0, ...existing };
       case 'waiting':
-        return {
-          state: 'waiting',
-          wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, wakeAtMs: row.wake_at_ms },
-          ...existing,
-        };
+        return settledBy(row, row.state);
       case 'locked':
         // Held by a transaction that has not committed its claim yet.
         return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
@@ -124,4 +108,69 @@ export async function claimKey(
   }
   // The key kept changing under us: someone else is working on it.
   return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
+}
+
+/** The answer of a row that settles a claim without writing: a replay, a run in progress, a parked run. */
+function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): ClaimResult {
+  const existing = { rootKey: row.root_key, version: row.version };
+  switch (state) {
+    case 'replay':
+      return {
+        state: 'replay',
+        outcome: {
+          status: row.status === 'cancelled' ? 'cancelled' : 'completed',
+          ok: row.outcome_ok ?? false,
+          body: row.outcome ?? '',
+          code: row.outcome_code,
+        },
+        ...existing,
+      };
+    case 'in_progress':
+      return { state: 'in_progress', retryAfterMs: row.retry_after_ms ?? 0, ...existing };
+    case 'waiting':
+      return {
+        state: 'waiting',
+        wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, wakeAtMs: row.wake_at_ms },
+        ...existing,
+      };
+  }
+}
+
+/**
+ * The answer of the key's committed row, when it settles the call — a replay,
+ * a mismatch, a run in progress or parked — read in one statement outside any
+ * transaction (see sql/claim.ts, probeRow). Undefined when there is no row,
+ * or one to take over or forget, or one stored under an older fingerprint
+ * version: the caller claims the key then.
+ */
+export async function probeKey(q: Queryable, clock: Clock, request: ClaimRequest): Promise<ClaimResult | undefined> {
+  const row = await probeRow(q, clock, request);
+  switch (row?.state) {
+    case 'replay':
+    case 'in_progress':
+    case 'waiting':
+      return settledBy(row, row.state);
+    case 'mismatch':
+      return isLegacyFingerprint(row.stored_fingerprint) ? undefined : { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The claim of a key the probe found vacant, in the caller's transaction:
+ * the in-progress row inserted at once under the key's advisory lock, or,
+ * when anyone got there first, the full claim, which answers for them.
+ */
+export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }): Promise<ClaimResult> {
+  const token = randomUUID();
+  const inserted = await insertClaimRow(q, clock, request, token, options.leaseMs);
+  if (!inserted) return claimKey(q, clock, request, options);
+  return {
+    state: 'owned',
+    lease: { scope: request.scope, key: request.key, token },
+    attempts: inserted.attempts,
+    resumed: false,
+    rootKey: request.rootKey ?? null,
+  };
 }

@@ -25,7 +25,13 @@ export interface ClaimRequest extends KeyRef {
    * validated input (JSON) and the trace context of the call that starts it
    * (see telemetry/tracing.ts).
    */
-  run?: { version: number; input: string; traceContext?: string | null };
+  run?: {
+    version: number;
+    input: string;
+    traceContext?: string | null;
+    /** false: the run never holds a queue or limit slot, and its end skips the flow-control triggers (default true). */
+    flow?: boolean;
+  };
   /** The root its derived keys come from (newRootKey), stored by the claim that inserts the row. */
   rootKey?: string;
   /**

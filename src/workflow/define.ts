@@ -233,3 +233,8 @@ export function defineWorkflow<
     run: options.run as (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<unknown>,
   });
 }
+
+/** Whether any step of the workflow takes a limit: its runs may hold limit slots (see src/flow). */
+export function takesLimits(workflow: Workflow): boolean {
+  return Object.values(workflow.steps).some((declaration) => declaration.limit !== undefined);
+}

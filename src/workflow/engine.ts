@@ -24,13 +24,14 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { newRootKey, storedRootKey } from '../keys/derive.js';
 import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
-import { claimKey } from '../ledger/claim.js';
+import { claimKey, claimVacantKey, probeKey } from '../ledger/claim.js';
 import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
 import { failStatement } from '../ledger/sql/finish.js';
 import { readRow } from '../ledger/sql/read.js';
-import type { ClaimResult, KeyRef, Lease, LedgerKind } from '../ledger/types.js';
+import type { ClaimRequest, ClaimResult, KeyRef, Lease, LedgerKind } from '../ledger/types.js';
 import type { Workflow, WorkflowResult } from './define.js';
+import { takesLimits } from './define.js';
 import { executeRun, wakeParentStatements, type Settled, type StepHandleExtension } from './executor.js';
 import { WorkflowRegistry } from './registry.js';
 import { readRunInfo, type RunInfo } from './run-info.js';
@@ -540,22 +541,27 @@ export class Engine {
     const fingerprints = this.#fingerprints(definition.name, input, parsed.data, options);
     const root = newRootKey(ref.scope, ref.key);
     const action = `starting workflow '${definition.name}'`;
-    const opening = fold ? await this.#db(action, () => Transaction.begin(this.sql)) : undefined;
+    const request: ClaimRequest = {
+      ...ref,
+      ...fingerprints,
+      kind: 'run',
+      name: definition.name,
+      // A run that takes no limit and is not enqueued never holds a slot: its end skips the flow triggers.
+      run: { version: definition.version, input: inputText, traceContext: activeTraceContext(), flow: takesLimits(definition) },
+      rootKey: root,
+    };
+    // Folded, the claim stays uncommitted in the run's first transaction. A key whose committed row
+    // answers the call (a replay, a mismatch, a run in progress or parked) is answered first, by one
+    // statement outside any transaction; a vacant one is claimed in the transaction.
+    const known = fold ? await this.#db(action, () => probeKey(this.sql, this.clock, request)) : undefined;
+    const opening = fold && !known ? await this.#db(action, () => Transaction.begin(this.sql)) : undefined;
     let claim;
     try {
-      claim = await claimKey(
-        opening?.sql ?? this.sql,
-        this.clock,
-        {
-          ...ref,
-          ...fingerprints,
-          kind: 'run',
-          name: definition.name,
-          run: { version: definition.version, input: inputText, traceContext: activeTraceContext() },
-          rootKey: root,
-        },
-        { leaseMs: this.leaseMs },
-      );
+      claim =
+        known ??
+        (opening
+          ? await claimVacantKey(opening.sql, this.clock, request, { leaseMs: this.leaseMs })
+          : await claimKey(this.sql, this.clock, request, { leaseMs: this.leaseMs }));
     } catch (error) {
       opening?.abandon();
       throw translateDatabaseError(error, action);

@@ -4,7 +4,9 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { dateField } from '../../src/workflow/schemas.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
-import { childKey } from '../../src/keys/derive.js';
+import { childKey, newRootKey } from '../../src/keys/derive.js';
+import { purposeFingerprint } from '../../src/keys/fingerprint.js';
+import { connect } from '../../src/db/connect.js';
 import type { Engine } from '../../src/workflow/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
@@ -89,6 +91,37 @@ describe('engine basics', () => {
     const attempt = await engine.attempt(order, ref, { sku: 'b', quantity: 1 });
     expect(attempt).toEqual({ state: 'mismatch', existing: { kind: 'run', name: 'order' } });
     await expect(engine.run(order, ref, { sku: 'b', quantity: 1 })).rejects.toMatchObject({ code: 'mismatch' });
+  });
+
+  it('answers a replay, a mismatch and a run in progress with one statement, outside any transaction', async () => {
+    const statements: string[] = [];
+    const counted = Object.assign(connect(db().url, { max: 2, onStatement: (text) => statements.push(text) }), { name: db().name });
+    const counting = testEngine(counted, [order]);
+    try {
+      const ref = { scope: 'acme', key: uniqueKey('probed') };
+      const first = await engine.run(order, ref, { sku: 'a', quantity: 1 });
+      statements.length = 0;
+      expect(await counting.run(order, ref, { sku: 'a', quantity: 1 })).toEqual(first);
+      expect(statements).toHaveLength(1);
+      statements.length = 0;
+      expect((await counting.attempt(order, ref, { sku: 'b', quantity: 1 })).state).toBe('mismatch');
+      expect(statements).toHaveLength(1);
+
+      // A run whose start committed and whose holder is still at work.
+      const held = { scope: 'acme', key: uniqueKey('probed-held') };
+      const input = { sku: 'a', quantity: 1 };
+      await db().sql`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, version, input, root_key)
+        values (${held.scope}, ${held.key}, 'run', 'order', ${purposeFingerprint('order', input)}, 'in_progress', gen_random_uuid(),
+                now() + interval '1 minute', 1, ${JSON.stringify(input)}, ${newRootKey(held.scope, held.key)})`;
+      statements.length = 0;
+      expect(await counting.attempt(order, held, input)).toMatchObject({ state: 'in_progress' });
+      expect(statements).toHaveLength(1);
+      expect(statements.some((text) => /^\s*(begin|rollback|commit)/i.test(text))).toBe(false);
+    } finally {
+      await counting.shutdown();
+      await counted.close();
+    }
   });
 
   it('never answers a mismatch with the stored outcome, even right after an abandoned claim', async () => {

@@ -99,14 +99,7 @@ export async function claimRow(
                   else pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
              end as held
     ), inserted as (
-      insert into stepkey.ledger
-        (scope, key, kind, name, parent_key, fingerprint, status,
-         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context)
-      select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
-             ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
-             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
-             ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text, ${request.rootKey ?? null}::text,
-             ${request.run?.traceContext ?? null}::text
+      ${insertRow(q, now, request, token, leaseMs)}
         from lock
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
@@ -124,6 +117,30 @@ export async function claimRow(
       from lock
      where lock.held is not null and not (lock.held and ${insert}::boolean)
     union all
+    ${existingRow(q, now, request)}
+      from existing l`;
+  const row = rows[0];
+  // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
+  if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
+  return row;
+}
+
+/** The columns and values of a claim's in-progress row (for `insert into stepkey.ledger … from …`). */
+function insertRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: ClaimRequest, token: string, leaseMs: number) {
+  return q`
+      insert into stepkey.ledger
+        (scope, key, kind, name, parent_key, fingerprint, status,
+         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow)
+      select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
+             ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
+             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
+             ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text, ${request.rootKey ?? null}::text,
+             ${request.run?.traceContext ?? null}::text, ${request.run?.flow ?? true}::boolean`;
+}
+
+/** What an existing row `l` answers the request: a ClaimRow's columns, in order. */
+function existingRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: ClaimRequest) {
+  return q`
     select case
              -- A child run whose parent is unfinished is kept past its expiry (the parent reads it).
              when l.expires_at is not null and l.expires_at <= ${now}
@@ -137,15 +154,50 @@ export async function claimRow(
              when l.status = 'waiting' then 'waiting'
              when l.locked_until > ${now} then 'in_progress'
              else 'lease_expired'
-           end,
+           end as state,
            l.attempts, l.status, l.outcome, l.outcome_ok, l.outcome_code,
-           greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int,
+           greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int as retry_after_ms,
            l.kind, l.name, l.root_key, l.version,
-           case when l.fingerprint <> ${request.fingerprint} then l.fingerprint end,
-           l.wait_kind, l.wait_step, l.wait_for, (extract(epoch from l.wake_at) * 1000)::float8
-      from existing l`;
-  const row = rows[0];
-  // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
-  if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
+           case when l.fingerprint <> ${request.fingerprint} then l.fingerprint end as stored_fingerprint,
+           l.wait_kind, l.wait_step, l.wait_for, (extract(epoch from l.wake_at) * 1000)::float8 as wake_at_ms`;
+}
+
+/**
+ * The probe: the key's committed row and what it answers, read outside any
+ * transaction, writing and locking nothing. A key whose row settles the call
+ * (a replay, a mismatch, a run in progress or parked) costs this one
+ * statement; no row (or one to take over or forget) sends the caller on to a
+ * claim, which decides under its own snapshot and lock.
+ */
+export async function probeRow(q: Queryable, clock: Clock, request: ClaimRequest): Promise<ClaimRow | undefined> {
+  const now = sqlNow(q, clock);
+  const [row] = await q<ClaimRow[]>`
+    ${existingRow(q, now, request)}
+      from stepkey.ledger l
+     where l.scope = ${request.scope} and l.key = ${request.key}`;
+  return row;
+}
+
+/**
+ * The claim of a key the probe found vacant: the in-progress row inserted
+ * under the key's advisory lock, taken as the full claim takes it. Guarantee:
+ * it inserts only when it holds the lock and no row exists, and it never
+ * waits — another claimant's uncommitted row holds the lock (the insert is
+ * skipped), a committed one conflicts (do nothing). Either way it returns no
+ * row, and the caller makes the full claim, which gives the answer.
+ */
+export async function insertClaimRow(
+  q: Queryable,
+  clock: Clock,
+  request: ClaimRequest,
+  token: string,
+  leaseMs: number,
+): Promise<{ attempts: number } | undefined> {
+  const now = sqlNow(q, clock);
+  const [row] = await q<{ attempts: number }[]>`
+    ${insertRow(q, now, request, token, leaseMs)}
+     where pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
+    on conflict (scope, key) do nothing
+    returning attempts`;
   return row;
 }
