@@ -27,7 +27,12 @@ export class Clock {
 /** The shared clock used when none is given: offset 0 unless a test moves it. */
 export const systemClock = new Clock();
 
-/** `now()` as stepkey sees it, as a postgres.js fragment. */
+/**
+ * `now()` as stepkey sees it, as a postgres.js fragment: plain `now()` at
+ * offset 0 (production), so that a statement carries no parameter and no
+ * arithmetic per use of the time.
+ */
 export function sqlNow(sql: postgres.ISql, clock: Clock) {
-  return sql`(now() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
+  const offset = clock.offsetMs;
+  return offset === 0 ? sql`now()` : sql`(now() + ${offset}::float8 * interval '1 millisecond')`;
 }
