@@ -7,16 +7,11 @@
  * marks it, and its end gives the slot back. Runs written before the
  * migration keep every trigger, and resume after it.
  */
-import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import postgres from 'postgres';
-import { drizzle } from 'drizzle-orm/postgres-js';
-import { migrate as drizzleMigrate } from 'drizzle-orm/postgres-js/migrator';
 import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { connect, type Database, type Sql } from '../../src/db/connect.js';
-import { migrate, migrationsFolder } from '../../src/db/migrate.js';
+import { migrate } from '../../src/db/migrate.js';
 import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
@@ -28,6 +23,7 @@ import { testEngine } from '../helpers/engine.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { limitHeld } from '../helpers/limits.js';
+import { migrateBefore } from '../helpers/migrations.js';
 import { withDatabase } from '../helpers/urls.js';
 
 const db = useTestDatabase();
@@ -147,13 +143,11 @@ describe('the flow mark', () => {
 });
 
 describe('an upgrade to migration 0011', () => {
-  const folders: string[] = [];
   const name = `stepkey_t_${inject('runId')}_mark_upgrade`;
   afterAll(async () => {
     const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
     await admin.unsafe(`drop database if exists ${name} with (force)`);
     await admin.end();
-    for (const folder of folders) await rm(folder, { recursive: true, force: true });
   });
 
   it('keeps the triggers of runs written before it: a run in flight resumes and ends, a cancelled one gives its slot back', async () => {
@@ -162,14 +156,7 @@ describe('an upgrade to migration 0011', () => {
     await admin.end();
     const url = withDatabase(inject('adminUrl'), name);
 
-    // stepkey's migrations up to 0010, recorded where migrate() records them.
-    const folder = await mkdtemp(join(tmpdir(), 'stepkey-mark-upgrade-'));
-    folders.push(folder);
-    await mkdir(join(folder, 'meta'), { recursive: true });
-    const journal = JSON.parse(await readFile(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
-    const before = journal.entries.filter((entry) => entry.tag < '0011');
-    for (const entry of before) await cp(join(migrationsFolder, `${entry.tag}.sql`), join(folder, `${entry.tag}.sql`));
-    await writeFile(join(folder, 'meta', '_journal.json'), JSON.stringify({ ...journal, entries: before }));
+    await migrateBefore(url, '0011');
 
     // Written by the previous release: a run in flight whose process died (its lease expired),
     // and a run holding a limit slot.
@@ -177,7 +164,6 @@ describe('an upgrade to migration 0011', () => {
     const holder = { scope: 'acme', key: uniqueKey('mark-up-holder') };
     const old = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      await drizzleMigrate(drizzle({ client: old }), { migrationsFolder: folder, migrationsSchema: 'stepkey', migrationsTable: '__migrations' });
       for (const [ref, workflow] of [[inFlight, 'mark-plain'], [holder, 'mark-limited']] as const) {
         await old`
           insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts,

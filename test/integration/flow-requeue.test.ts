@@ -8,17 +8,12 @@
  * run holds no slot and is not dispatched; an expired one leaves the queue;
  * an entry written before migration 0009 behaves.
  */
-import { cp, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import postgres from 'postgres';
-import { drizzle } from 'drizzle-orm/postgres-js';
-import { migrate as drizzleMigrate } from 'drizzle-orm/postgres-js/migrator';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { operatorActions } from '../../src/actions/operator-actions.js';
 import { connect, type Database } from '../../src/db/connect.js';
-import { migrate, migrationsFolder } from '../../src/db/migrate.js';
+import { migrate } from '../../src/db/migrate.js';
 import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
@@ -31,6 +26,7 @@ import { useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { migrateBefore } from '../helpers/migrations.js';
 import { withDatabase } from '../helpers/urls.js';
 
 const db = useTestDatabase();
@@ -281,7 +277,6 @@ describe('a failed queued run that is resumed', () => {
 });
 
 describe('an upgrade to migration 0009', () => {
-  const folders: string[] = [];
   let url = '';
   const name = `stepkey_t_${inject('runId')}_requeue_upgrade`;
   afterAll(async () => {
@@ -289,7 +284,6 @@ describe('an upgrade to migration 0009', () => {
     const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
     await admin.unsafe(`drop database if exists ${name} with (force)`);
     await admin.end();
-    for (const folder of folders) await rm(folder, { recursive: true, force: true });
   });
 
   it('keeps queue entries written before it: dispatched, failed, resumed into a slot', async () => {
@@ -298,17 +292,10 @@ describe('an upgrade to migration 0009', () => {
     await admin.end();
     url = withDatabase(inject('adminUrl'), name);
 
-    // stepkey's migrations up to 0008, recorded where migrate() records them.
-    const folder = await mkdtemp(join(tmpdir(), 'stepkey-requeue-upgrade-'));
-    folders.push(folder);
-    await mkdir(join(folder, 'meta'), { recursive: true });
-    const journal = JSON.parse(await readFile(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
-    const before = journal.entries.filter((entry) => entry.tag < '0009');
-    for (const entry of before) await cp(join(migrationsFolder, `${entry.tag}.sql`), join(folder, `${entry.tag}.sql`));
-    await writeFile(join(folder, 'meta', '_journal.json'), JSON.stringify({ ...journal, entries: before }));
+    // stepkey's migrations up to 0008.
+    await migrateBefore(url, '0009');
     const old = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      await drizzleMigrate(drizzle({ client: old }), { migrationsFolder: folder, migrationsSchema: 'stepkey', migrationsTable: '__migrations' });
       // A run queued by the previous release: parked for a slot, and its entry.
       const ref = { scope: 'acme', key: uniqueKey('rq-upgrade') };
       await old`insert into stepkey.queues (name, concurrency) values ('rq-single', 1)`;
