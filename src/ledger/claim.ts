@@ -110,8 +110,11 @@ export async function claimKey(
   return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
 }
 
+/** A claim's answer that writes nothing: a replay, in progress, a parked run, a mismatch. */
+export type SettledClaim = Exclude<ClaimResult, { state: 'owned' }>;
+
 /** The answer of a row that settles a claim without writing: a replay, a run in progress, a parked run. */
-function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): ClaimResult {
+function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): SettledClaim {
   const existing = { rootKey: row.root_key, version: row.version };
   switch (state) {
     case 'replay':
@@ -143,7 +146,7 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
  * or one to take over or forget, or one stored under an older fingerprint
  * version: the caller claims the key then.
  */
-export async function probeKey(q: Queryable, clock: Clock, request: ClaimRequest): Promise<ClaimResult | undefined> {
+export async function probeKey(q: Queryable, clock: Clock, request: ClaimRequest): Promise<SettledClaim | undefined> {
   const row = await probeRow(q, clock, request);
   switch (row?.state) {
     case 'replay':
