@@ -1,8 +1,9 @@
 ALTER TABLE "stepkey"."ledger" ADD COLUMN "flow" boolean DEFAULT true NOT NULL;--> statement-breakpoint
 -- Guarantee: a run that holds a queue entry or a limit slot is marked flow = true before
--- it can end, whoever wrote the entry or the slot (an older release included), so the
--- triggers below, which skip rows marked false, still give back what it holds. The update
--- matches nothing, and locks nothing, for a row already marked.
+-- it can end, whoever wrote the entry or the slot (an older release included, and a slot
+-- taken again through its ON CONFLICT update), so the triggers below, which skip rows
+-- marked false, still give back what it holds. The update matches nothing, and locks
+-- nothing, for a row already marked.
 CREATE FUNCTION "stepkey"."flow_mark"() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE "stepkey"."ledger" SET flow = true
@@ -13,7 +14,7 @@ END $$;
 CREATE TRIGGER "queue_entries_flow_mark" AFTER INSERT ON "stepkey"."queue_entries"
   FOR EACH ROW EXECUTE FUNCTION "stepkey"."flow_mark"();
 --> statement-breakpoint
-CREATE TRIGGER "limit_slots_flow_mark" AFTER INSERT ON "stepkey"."limit_slots"
+CREATE TRIGGER "limit_slots_flow_mark" AFTER INSERT OR UPDATE ON "stepkey"."limit_slots"
   FOR EACH ROW EXECUTE FUNCTION "stepkey"."flow_mark"();
 --> statement-breakpoint
 -- The flow-control triggers of 0007-0009, now only for rows that may hold a slot: the end

@@ -14,32 +14,32 @@ CREATE FUNCTION "stepkey"."ledger_row_ok"(
 BEGIN
   IF kind NOT IN ('request', 'run', 'step', 'effect') THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): kind ''%'' is not request, run, step or effect', p_scope, p_key, kind
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF status NOT IN ('in_progress', 'waiting', 'completed', 'failed', 'cancelled') THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): status ''%'' is not in_progress, waiting, completed, failed or cancelled', p_scope, p_key, status
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF wait_kind NOT IN ('timer', 'event', 'child', 'slot', 'limit', 'review') THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): wait_kind ''%'' is not timer, event, child, slot, limit or review', p_scope, p_key, wait_kind
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF status = 'in_progress' AND (lease_token IS NULL OR locked_until IS NULL) THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): a row in progress needs a lease (lease_token and locked_until)', p_scope, p_key
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF (status IN ('completed', 'cancelled')) <> (outcome IS NOT NULL AND outcome_ok IS NOT NULL) THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): a % row % an outcome (outcome and outcome_ok)', p_scope, p_key, status,
       CASE WHEN status IN ('completed', 'cancelled') THEN 'needs' ELSE 'cannot have' END
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF status = 'waiting' AND (kind <> 'run' OR lease_token IS NOT NULL OR locked_until IS NOT NULL OR wait_kind IS NULL OR expires_at IS NOT NULL) THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): a waiting row is a run with a wait_kind, no lease and no expiry', p_scope, p_key
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   IF kind <> 'run' AND (version IS NOT NULL OR input IS NOT NULL) THEN
     RAISE EXCEPTION 'stepkey.ledger (%, %): only a run carries a version and an input (this row is a %)', p_scope, p_key, kind
-      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check';
+      USING ERRCODE = '23514', CONSTRAINT = 'ledger_row_check', SCHEMA = 'stepkey', TABLE = 'ledger';
   END IF;
   RETURN true;
 END $$;

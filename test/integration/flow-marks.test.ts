@@ -131,14 +131,24 @@ describe('the flow mark', () => {
     expect(await slotsHeld(sql, 'mark-queue')).toEqual({ held: 0, entries: 0 });
   });
 
-  it('lets a slot be taken for a key with no run row (one purged meanwhile): nothing to mark, nothing refused', async () => {
+  it('is set by a slot left from an earlier run of the key and taken again (its ON CONFLICT update), and that run’s end gives it back', async () => {
+    const e = engine();
     const sql = db().sql;
-    const ghost = { scope: 'acme', key: uniqueKey('mark-ghost') };
-    await takeSlot(sql, ghost, 'mark-ghost-limit');
-    expect(await flowOf(sql, ghost)).toBeUndefined();
-    expect(await limitHeld(sql, 'mark-ghost-limit')).toMatchObject({ held: 1, slots: 1 });
-    await sql`delete from stepkey.limit_slots where limit_name = 'mark-ghost-limit'`;
-    await sql`delete from stepkey.limit_partitions where limit_name = 'mark-ghost-limit'`;
+    const ref = { scope: 'acme', key: uniqueKey('mark-left') };
+    // A slot row whose run's row is gone: nothing to mark.
+    await takeSlot(sql, ref, 'mark-single');
+    expect(await flowOf(sql, ref)).toBeUndefined();
+    const running = e.run(plain, ref, { id: ref.key });
+    await expect.poll(() => flowOf(sql, ref), { timeout: 10_000 }).toBe(false);
+    // Taken again for the new run, the way an acquire takes a slot it already has a row for.
+    await sql`
+      insert into stepkey.limit_slots as l (scope, key, limit_name, partition, step, token, granted_at)
+      values (${ref.scope}, ${ref.key}, 'mark-single', '', 'held.v1', gen_random_uuid(), now())
+      on conflict (scope, key, limit_name, partition) do update set token = excluded.token, granted_at = excluded.granted_at`;
+    expect(await flowOf(sql, ref)).toBe(true);
+    gate(ref.key).open();
+    expect(await running).toBe(ref.key);
+    expect(await limitHeld(sql, 'mark-single')).toMatchObject({ held: 0, slots: 0 });
   });
 });
 

@@ -45,7 +45,7 @@ describe('the ledger’s row invariants', () => {
   ])('refuses %s, naming the row and the invariant', async (_what, change, message) => {
     const values = row(change);
     const error = (await insert(values)) as { code?: string; constraint_name?: string; message?: string } | undefined;
-    expect(error).toMatchObject({ code: '23514', constraint_name: 'ledger_row_check' });
+    expect(error).toMatchObject({ code: '23514', constraint_name: 'ledger_row_check', schema_name: 'stepkey', table_name: 'ledger' });
     expect(error!.message).toMatch(message);
     expect(error!.message).toContain(`(acme, ${values.key as string})`);
     const [found] = await db().sql`select 1 from stepkey.ledger where scope = 'acme' and key = ${values.key as string}`;
