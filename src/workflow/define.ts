@@ -234,7 +234,14 @@ export function defineWorkflow<
   });
 }
 
-/** Whether any step of the workflow takes a limit: its runs may hold limit slots (see src/flow). */
+const limited = new WeakMap<Workflow, boolean>();
+
+/** Whether any step of the workflow takes a limit: its runs may hold limit slots (see src/flow). Read once per definition. */
 export function takesLimits(workflow: Workflow): boolean {
-  return Object.values(workflow.steps).some((declaration) => declaration.limit !== undefined);
+  let takes = limited.get(workflow);
+  if (takes === undefined) {
+    takes = Object.values(workflow.steps).some((declaration) => declaration.limit !== undefined);
+    limited.set(workflow, takes);
+  }
+  return takes;
 }

@@ -30,8 +30,7 @@ import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.
 import { failStatement } from '../ledger/sql/finish.js';
 import { readRow } from '../ledger/sql/read.js';
 import type { ClaimRequest, ClaimResult, KeyRef, Lease, LedgerKind } from '../ledger/types.js';
-import type { Workflow, WorkflowResult } from './define.js';
-import { takesLimits } from './define.js';
+import { takesLimits, type Workflow, type WorkflowResult } from './define.js';
 import { executeRun, wakeParentStatements, type Settled, type StepHandleExtension } from './executor.js';
 import { WorkflowRegistry } from './registry.js';
 import { readRunInfo, type RunInfo } from './run-info.js';

@@ -37,7 +37,7 @@ export interface DispatchedRun {
  * takes a transaction-scoped advisory lock on the queue's name
  * (lockQueueStatement), which excludes the others and writes nothing.
  * Whoever then grants a slot or adds an entry also takes the queue row's lock
- * (lockQueueRowStatement), the lock releases before this one took alone, so
+ * (lockQueueRowStatement), the one lock that earlier releases take, so
  * that it excludes them too during a rolling deploy. A dispatch that finds
  * nothing waiting takes only the advisory lock and commits without writing:
  * the dispatch after a run's end and a sweep of idle queues cost no WAL flush.
