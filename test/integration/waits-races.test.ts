@@ -277,6 +277,32 @@ describe('a send racing the start of a run', () => {
     expect(await engine.run(starter, ref, { round: 2 })).toBe(7);
     await engine.shutdown();
   });
+
+  it('delivers to a run whose row committed while the key\'s advisory lock is still held', async () => {
+    // A committing start releases its row locks — which wake the send — before its advisory
+    // locks. The window is held open here: the run's row is deleted and inserted again by one
+    // uncommitted transaction (the send waits for it, then misses the row in its snapshot), and
+    // another connection holds the key's advisory lock past that commit.
+    const engine = testEngine(db(), [starter]);
+    const ref = { scope: 'acme', key: uniqueKey('start-lock-lag') };
+    await engine.start(starter, ref, { round: 1 });
+    await expect.poll(() => status(ref.scope, ref.key)).toBe('waiting');
+    const replace = await openGate();
+    const [old] = await replace.sql<{ row: string }[]>`
+      delete from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key} returning row_to_json(ledger.*)::text as row`;
+    const sending = engine.send(ref, 'note', { n: 7 }, { key: 'k' });
+    await lockWaiters(1, 'for no key update');
+    const holder = await openGate();
+    await holder.sql`select pg_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0))`;
+    await replace.sql`insert into stepkey.ledger select * from json_populate_record(null::stepkey.ledger, ${old!.row}::json)`;
+    await replace.sql`commit`;
+    replace.sql.release();
+    await expect(sending).resolves.toMatchObject({ delivered: true });
+    await holder.release();
+    await expect.poll(() => status(ref.scope, ref.key)).toBe('completed');
+    expect(await engine.run(starter, ref, { round: 1 })).toBe(7);
+    await engine.shutdown();
+  });
 });
 
 describe('a child failed by a process that does not register its version', () => {

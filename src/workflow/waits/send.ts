@@ -112,15 +112,19 @@ function checkedPayload(deps: RunDeps, run: TargetRun, topic: string, payload: u
  * No run row: a start still uncommitted (its key's advisory lock is held) is
  * "in progress". A start that committed after the first read's snapshot —
  * while that read waited for the row the start replaced (an expired key
- * forgotten) — has released the lock: the row is read, and locked, again.
+ * forgotten) — is read, and locked, by a second read whose snapshot comes
+ * after the lock attempt. That read decides whenever it finds the row: a
+ * committing transaction releases its advisory locks only after the row
+ * locks its waiters wake on, so the attempt can fail for a start that has
+ * already committed.
  */
 async function startedMeanwhile(deps: RunDeps, q: Parameters<typeof lockTargetRun>[0], ref: KeyRef): Promise<TargetRun> {
   const [probe] = await q<{ free: boolean }[]>`
     select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)) as free`;
+  const [again] = await lockTargetRun(q, deps.clock, ref.scope, ref.key);
+  if (again) return again;
   if (probe && !probe.free) {
     throw new StepkeyError('in_progress', `Run '${ref.key}' in scope '${ref.scope}' is still starting; send again in a moment.`);
   }
-  const [again] = await lockTargetRun(q, deps.clock, ref.scope, ref.key);
-  if (!again) throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'; nothing was stored.`);
-  return again;
+  throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'; nothing was stored.`);
 }
