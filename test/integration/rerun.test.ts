@@ -106,6 +106,25 @@ describe('rerun from a step', () => {
     expect(executed['reserve@1']).toBe(before['reserve@1']);
   });
 
+  it('answers "in progress", not "taken", while another claimant holds the new key uncommitted', async () => {
+    const engine = engineFor();
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    await engine.run(v1, old, { sku: 'tea' });
+    const key = uniqueKey('rerun-held');
+    // An identical rerun (or any start) under the new key, not committed yet: it holds the key's advisory lock.
+    const holder = await db().sql.reserve();
+    try {
+      await holder`begin`;
+      await holder`select pg_advisory_xact_lock(hashtextextended(${old.scope} || chr(31) || ${key}, 0))`;
+      await expect(engine.rerun(old, { from: 'ship.v1', key })).rejects.toMatchObject({ code: 'in_progress', retryable: true });
+      await holder`rollback`;
+    } finally {
+      holder.release();
+    }
+    const rerun = await engine.rerun(old, { from: 'ship.v1', key });
+    expect(await rerun.result()).toMatchObject({ shipment: 'ship-v1' });
+  });
+
   it('leaves a rerun started by the CLI to a sweeper', async () => {
     const engine = engineFor();
     const old = { scope: 'acme', key: uniqueKey('old') };

@@ -157,6 +157,10 @@ export async function startRerun(
     if (claim.state !== 'owned' || claim.resumed) {
       const existing = await readRow(tx, newRef);
       if (existing?.rerunOf === ref.key && existing.rerunFrom === options.from) return { ref: newRef, plan, lease: undefined, rootKey: existing.rootKey };
+      // Held by a start not committed yet (an identical rerun in flight, say): its row is not visible.
+      if (!existing && claim.state === 'in_progress') {
+        throw new StepkeyError('in_progress', `Key '${options.key}' in scope '${ref.scope}' is being claimed right now; try the rerun again in a moment.`);
+      }
       throw new StepkeyError('mismatch', `Key '${options.key}' in scope '${ref.scope}' is taken; a rerun needs a key of its own.`, {
         details: { existing: { kind: existing?.kind ?? 'run', name: existing?.name ?? null } },
       });
