@@ -14,6 +14,12 @@
  *     stepkey.run, stepkey.step (the instance name, `name[id]`),
  *     stepkey.step.kind, stepkey.attempt; at the end stepkey.outcome
  *     (completed, errored, retry)
+ *   stepkey.step <step>           a wait step's turn: sleep, waitForEvent, child,
+ *     startChild (internal), once in each execution that reaches it — the
+ *     one that parks and the one that finds the wait over; the same
+ *     attributes (stepkey.attempt 1), and at the end stepkey.outcome
+ *     (parked, completed, errored), stepkey.wait.for (an event's topic, a
+ *     child's key) and stepkey.wait.until (when a parked wait is due, ISO 8601)
  *   stepkey.enqueue <effect>      an effect's job added with its ledger row (producer)
  *     stepkey.effect, stepkey.run and stepkey.step (in a workflow)
  *   stepkey.deliver <effect>      one delivery of an effect's job by a worker (consumer)
@@ -59,11 +65,14 @@ export function runEnding(settled: { state: string; reason?: unknown; error?: { 
   return { attributes };
 }
 
+/** The wait steps, by the handle method that makes them (sleepUntil is a sleep). */
+export type WaitStepKind = 'sleep' | 'waitForEvent' | 'child' | 'startChild';
+
 export interface StepSpanInfo {
   scope: string;
   run: string;
   step: string;
-  kind: 'tx' | 'call' | 'enqueue';
+  kind: 'tx' | 'call' | 'enqueue' | WaitStepKind;
   /** The step's derived key. */
   key: string;
   attempt: number;
@@ -88,6 +97,19 @@ export function stepSpan(step: StepSpanInfo): SpanSpec {
 export function stepEnding(tried: { done: boolean; error?: unknown }): SpanEnding {
   const outcome = !tried.done ? 'retry' : tried.error === undefined ? 'completed' : 'errored';
   return { attributes: { 'stepkey.outcome': outcome }, error: tried.error };
+}
+
+/** What a wait step's turn came to: the run parked on it (what for, until when), or its outcome was recorded. */
+export function waitEnding(decision: { park?: { for: string | null; wakeAtMs: number | null }; finish?: { ok: boolean } }): SpanEnding {
+  const { park, finish } = decision;
+  const outcome = park ? 'parked' : finish?.ok === false ? 'errored' : 'completed';
+  return {
+    attributes: {
+      'stepkey.outcome': outcome,
+      'stepkey.wait.for': park?.for ?? undefined,
+      'stepkey.wait.until': park?.wakeAtMs != null ? new Date(park.wakeAtMs).toISOString() : undefined,
+    },
+  };
 }
 
 export interface EnqueueSpanInfo {

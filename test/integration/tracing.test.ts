@@ -3,8 +3,9 @@
  * tRPC call through its run, the run's step attempts and the email's enqueue,
  * to the email's delivery by a worker; a run taken over by another engine
  * after its first process stopped continues the trace stored with it; a
- * child run sits under its parent's execution, and the parent's wake links
- * the child that ended; and, before any SDK is registered, no span and no
+ * child run sits under the parent's step that started it, and the parent's
+ * wake links the child that ended; each wait step's turn (the park, the
+ * finding) is a span; and, before any SDK is registered, no span and no
  * trace context anywhere.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -100,6 +101,20 @@ const family = defineWorkflow({
     const got = await steps.spawn.child(kid, { n: input.n });
     await steps.after.tx(async () => undefined);
     return got;
+  },
+});
+
+/** A run that waits for an approval (with a deadline), then sleeps an hour. */
+const waiter = defineWorkflow({
+  name: 'traced-waiter',
+  version: 1,
+  input: z.object({}),
+  events: { approved: z.object({ by: z.string() }) },
+  steps: { approval: step('approval.v1'), nap: step('nap.v1') },
+  async run({ steps }) {
+    const approval = await steps.approval.waitForEvent('approved', { timeoutMs: 86_400_000 });
+    await steps.nap.sleep(3_600_000);
+    return approval.type;
   },
 });
 
@@ -328,15 +343,72 @@ describe('with the SDK registered', () => {
       expect(parked!.attributes['stepkey.outcome']).toBe('waiting');
       expect(woken!.attributes).toMatchObject({ 'stepkey.continued': true, 'stepkey.outcome': 'completed' });
       for (const span of [parked!, woken!, child]) expect(span.spanContext().traceId).toBe(caller.spanContext().traceId);
-      // The child's first execution runs under the parent's execution that started it, and its row stores that context.
-      expect(parentOf(child)).toBe(parked!.spanContext().spanId);
-      expect(await storedContext(ref.scope, childRunKey(keyOfStep(await engine.get(ref), 'spawn.v1')))).toBe(
-        `00-${child.spanContext().traceId}-${parked!.spanContext().spanId}-01`,
-      );
+      // The child step's turns: the one that started the child and parked, under the parked execution; the one
+      // that found the child ended, under the woken one.
+      const childKey = childRunKey(keyOfStep(await engine.get(ref), 'spawn.v1'));
+      const [started, found] = byName(spans, 'stepkey.step spawn.v1');
+      expect(started!.attributes).toMatchObject({ 'stepkey.step.kind': 'child', 'stepkey.outcome': 'parked', 'stepkey.wait.for': childKey, 'stepkey.attempt': 1 });
+      expect(started!.attributes['stepkey.wait.until']).toBeUndefined();
+      expect(found!.attributes).toMatchObject({ 'stepkey.step.kind': 'child', 'stepkey.outcome': 'completed' });
+      expect(parentOf(started!)).toBe(parked!.spanContext().spanId);
+      expect(parentOf(found!)).toBe(woken!.spanContext().spanId);
+      // The child's first execution runs under the step that started it, and its row stores that context.
+      expect(parentOf(child)).toBe(started!.spanContext().spanId);
+      expect(await storedContext(ref.scope, childKey)).toBe(`00-${child.spanContext().traceId}-${started!.spanContext().spanId}-01`);
       // The parent, woken by the child's end, continues the caller's trace; woken from the child's execution (the
       // parent's own has long unwound from its park), it links that execution — and never another span.
       expect(parentOf(woken!)).toBe(caller.spanContext().spanId);
       expect(woken!.links.map((link) => link.context.spanId).filter((id) => id !== child.spanContext().spanId)).toEqual([]);
+    } finally {
+      await engine.shutdown();
+    }
+  }, 120_000);
+
+  it("makes a span of each wait step's turn: the park, with what it waits for and until when, and the finding", async () => {
+    const engine = testEngine(db(), [waiter]);
+    try {
+      exporter.reset();
+      const ref = { scope: 'waits', key: uniqueKey('waiter') };
+      const caller = tracer().startSpan('caller');
+      await context.with(trace.setSpan(context.active(), caller), () => engine.start(waiter, ref, {}));
+      caller.end();
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+      expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+      engine.clock.advance(3_600_000);
+      await engine.sweep();
+      await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
+      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+
+      const spans = exporter.getFinishedSpans();
+      const info = (await engine.get(ref))!;
+      const [approvalParked, approvalFound] = byName(spans, 'stepkey.step approval.v1');
+      expect(approvalParked!.attributes).toMatchObject({
+        'stepkey.scope': 'waits',
+        'stepkey.key': keyOfStep(info, 'approval.v1'),
+        'stepkey.run': ref.key,
+        'stepkey.step.kind': 'waitForEvent',
+        'stepkey.outcome': 'parked',
+        'stepkey.wait.for': 'approved',
+      });
+      // A deadline (timeoutMs): the park says when it is due.
+      expect(Date.parse(String(approvalParked!.attributes['stepkey.wait.until']))).toBeGreaterThan(Date.now());
+      expect(approvalFound!.attributes).toMatchObject({ 'stepkey.step.kind': 'waitForEvent', 'stepkey.outcome': 'completed' });
+      expect(approvalFound!.attributes['stepkey.wait.for']).toBeUndefined();
+      const [napParked, napFound] = byName(spans, 'stepkey.step nap.v1');
+      expect(napParked!.attributes).toMatchObject({ 'stepkey.step.kind': 'sleep', 'stepkey.outcome': 'parked' });
+      expect(napParked!.attributes['stepkey.wait.for']).toBeUndefined();
+      expect(typeof napParked!.attributes['stepkey.wait.until']).toBe('string');
+      expect(napFound!.attributes).toMatchObject({ 'stepkey.step.kind': 'sleep', 'stepkey.outcome': 'completed' });
+      // Each turn sits under the execution that reached it, in the run's one trace.
+      const runs = byName(spans, 'stepkey.run traced-waiter');
+      expect([approvalParked, approvalFound, napParked, napFound].map((span) => parentOf(span!))).toEqual([
+        runs[0]!.spanContext().spanId,
+        runs[1]!.spanContext().spanId,
+        runs[1]!.spanContext().spanId,
+        runs[2]!.spanContext().spanId,
+      ]);
+      for (const span of [...runs, approvalParked!, napFound!]) expect(span.spanContext().traceId).toBe(caller.spanContext().traceId);
     } finally {
       await engine.shutdown();
     }

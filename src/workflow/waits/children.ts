@@ -106,6 +106,7 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
   };
   return runWait(
     { ...target, use },
+    'child',
     async ({ instance, key: stepKey }, q) => {
       const key = childRunKey(stepKey);
       const [child] = await readChildStatement(q, state.lease.scope, key);
@@ -126,6 +127,7 @@ export function startChildStep(target: StepTarget, workflow: Workflow, input: un
   const refOf = (key: string): RunRef => ({ scope: state.lease.scope, key });
   return runWait(
     { ...target, use },
+    'startChild',
     async ({ key: stepKey }, q) => {
       const key = childRunKey(stepKey);
       const body = toJsonText({ scope: state.lease.scope, key }, 'child ref');

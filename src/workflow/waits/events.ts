@@ -46,6 +46,7 @@ export function waitForEventStep(target: StepTarget, workflow: Workflow, topic: 
   };
   return runWait(
     { ...target, use: options.id === undefined ? target.use : { id: options.id } },
+    'waitForEvent',
     async ({ instance, key }, q, nowMs) => {
       const [message] = await consumeStatement(q, state.deps.clock, state.lease.scope, state.lease.key, topic, key);
       if (message) {

@@ -16,6 +16,8 @@ import type postgres from 'postgres';
 import type { Queryable } from '../../db/connect.js';
 import type { TxSql } from '../../db/transaction.js';
 import { faultPoint } from '../../faults/fault-points.js';
+import { stepSpan, waitEnding, type WaitStepKind } from '../../telemetry/spans.js';
+import { inSpan } from '../../telemetry/tracing.js';
 import { commitWaiting } from '../commit.js';
 import type { FinishedStep } from '../sql/load-run.js';
 import { enterStep, type EnteredStep, type StepTarget } from '../steps.js';
@@ -38,25 +40,43 @@ export interface WaitDecision {
 
 export type Decide = (entered: EnteredStep, q: TxSql, nowMs: number) => Promise<WaitDecision>;
 
-/** Runs a wait step: `decide` under the run's row lock; `decode` turns a recorded outcome into the step's value. */
-export function runWait(target: StepTarget, decide: Decide, decode: (finished: FinishedStep, instance: string) => unknown): Promise<unknown> {
+/**
+ * Runs a wait step: `decide` under the run's row lock; `decode` turns a
+ * recorded outcome into the step's value. Each turn that reaches the
+ * decision is a span (a replay of a recorded outcome is not); a child run
+ * started in it is that span's child.
+ */
+export function runWait(
+  target: StepTarget,
+  kind: WaitStepKind,
+  decide: Decide,
+  decode: (finished: FinishedStep, instance: string) => unknown,
+): Promise<unknown> {
   const { state, declaration } = target;
   return enterStep(
     target,
     async (entered) => {
       state.throwIfStopped();
       faultPoint('engine.before-step', declaration.name);
-      let decision: WaitDecision = {};
-      await commitWaiting(state, {}, async (q) => {
-        const [lock] = await lockRunStatement(q, state.deps.clock, state.lease);
-        decision = await decide(entered, q, lock!.now_ms);
-        const { finish, park, statements } = decision;
-        return {
-          rows: finish ? [{ key: entered.key, name: entered.instance, ok: finish.ok, body: finish.body, attempts: 1 }] : [],
-          statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park)] : [])],
-        };
-      });
-      decision.after?.();
+      const span = () => stepSpan({ scope: state.lease.scope, run: state.lease.key, step: entered.instance, kind, key: entered.key, attempt: 1 });
+      const decision = await inSpan(
+        span,
+        async () => {
+          let decided: WaitDecision = {};
+          await commitWaiting(state, {}, async (q) => {
+            const [lock] = await lockRunStatement(q, state.deps.clock, state.lease);
+            decided = await decide(entered, q, lock!.now_ms);
+            const { finish, park, statements } = decided;
+            return {
+              rows: finish ? [{ key: entered.key, name: entered.instance, ok: finish.ok, body: finish.body, attempts: 1 }] : [],
+              statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park)] : [])],
+            };
+          });
+          decided.after?.();
+          return decided;
+        },
+        waitEnding,
+      );
       if (decision.park) {
         faultPoint('engine.after-park', declaration.name);
         throw state.park(decision.park);

@@ -31,6 +31,7 @@ function timer(target: StepTarget, wakeAt: (nowMs: number) => number): Promise<v
   const { state } = target;
   return runWait(
     target,
+    'sleep',
     async ({ instance }, _q, nowMs) => {
       const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs ?? wakeAt(nowMs);
       if (wakeAtMs <= nowMs) return { finish: { ok: true, body: JSON.stringify({ until: new Date(wakeAtMs).toISOString() }) } };
