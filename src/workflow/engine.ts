@@ -54,6 +54,7 @@ import { resolveRun, type Resolution, type Resolved } from './effects/resolve.js
 import { startRerun, type RerunOptions } from './rerun/rerun.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { activeTraceContext } from '../telemetry/tracing.js';
+import { WakeTimers } from './waits/wake-timers.js';
 import type { Queue } from '../flow/define-queue.js';
 import type { Limit } from '../flow/define-limit.js';
 import { FlowControl } from '../flow/flow-control.js';
@@ -131,6 +132,9 @@ const envNumber = (name: string): number | undefined => {
 
 const idOf = (ref: KeyRef) => `${ref.scope}\u0000${ref.key}`;
 
+/** Runs parked here on a wait due within this long get a prompt wake at its time (later ones: the sweep). */
+const WAKE_HORIZON_MS = 60_000;
+
 export class Engine {
   readonly sql: Sql;
   readonly clock: Clock;
@@ -149,6 +153,8 @@ export class Engine {
   readonly #running = new Map<string, Promise<Settled>>();
   /** Runs woken while their execution here was still ending (it had just parked). */
   readonly #pendingWakes = new Set<string>();
+  /** Prompt wakes of the runs parked here on a time (waits/wake-timers.ts). */
+  readonly #wakeTimers: WakeTimers;
   readonly #heartbeat: NodeJS.Timeout;
   readonly #heartbeatMs: number;
   #sweeper: NodeJS.Timeout | undefined;
@@ -208,6 +214,7 @@ export class Engine {
         wake: (ref) => this.#wake(ref),
       },
     };
+    this.#wakeTimers = new WakeTimers({ wake: (ref) => this.#wake(ref), now: () => Date.now() + this.clock.offsetMs, horizonMs: WAKE_HORIZON_MS });
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
     this.#heartbeat.unref();
   }
@@ -492,6 +499,7 @@ export class Engine {
   async shutdown(options: { timeoutMs?: number } = {}): Promise<void> {
     this.#closing = true;
     this.stopSweeper();
+    this.#wakeTimers.clear();
     for (const state of this.#states.values()) state.stop('shutting_down');
     const all = Promise.allSettled([...this.#running.values()]);
     const timeout = new Promise((resolve) => setTimeout(resolve, options.timeoutMs ?? 10_000).unref());
@@ -773,6 +781,7 @@ export class Engine {
       }
       instrument.runEnded(workflow, settled.state);
       if (settled.state === 'stopped') return await this.#afterStop(lease, settled.reason);
+      if (settled.state === 'waiting' && !this.#closing) this.#wakeTimers.arm(lease, settled.wait);
       return settled;
     } finally {
       if (this.#states.get(id) === state) this.#states.delete(id);

@@ -34,7 +34,9 @@ describe('sleeping runs', () => {
   it('wake once and on time in a fresh worker after every process that knew them was killed', async () => {
     const scope = 'naps';
     const keys = Array.from({ length: 20 }, () => uniqueKey('nap'));
-    const api = spawn(['start', scope, '4000', ...keys]);
+    // Asleep for 10 s: every process that parked or swept them is killed well before they are due
+    // (the process that parks a run wakes it at its time itself, if it is still alive).
+    const api = spawn(['start', scope, '10000', ...keys]);
     await api.waitFor(/STARTED/, 30_000);
     const worker = spawn(['sweep', scope]);
     await worker.waitFor(/SWEEPER READY/);
@@ -50,7 +52,7 @@ describe('sleeping runs', () => {
     await fresh.waitFor(/SWEEPER READY/);
     await expect
       .poll(async () => (await db().sql`select count(*)::int as n from stepkey.ledger where scope = ${scope} and kind = 'run' and status = 'completed'`)[0]!.n, {
-        timeout: 30_000,
+        timeout: 40_000,
       })
       .toBe(keys.length);
     const rows = await db().sql<{ key: string; step: string; n: number; late_ms: number }[]>`

@@ -1,6 +1,6 @@
 /**
  * Durable timers: a run that sleeps parks — no lease, no process — and any
- * sweeper continues it once due; its wake time is recorded once and never
+ * sweeper continues it once due (the process that parked it, at its time); its wake time is recorded once and never
  * restarted; a time already past continues at once; bad input is refused
  * before anything is stored.
  */
@@ -37,6 +37,19 @@ const trial = defineWorkflow({
   },
 });
 
+/** A short sleep between two steps. */
+const nap = defineWorkflow({
+  name: 'timer-nap',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { rest: step('rest.v1'), after: step('after-nap.v1') },
+  async run({ input, steps }) {
+    await steps.rest.sleep(300);
+    await steps.after.call(async () => bump(`nap:${input.id}`));
+    return 'rested';
+  },
+});
+
 const row = async (ref: { scope: string; key: string }) =>
   (
     await db().sql`select status, lease_token, locked_until, expires_at, wait_kind, wait_step,
@@ -70,6 +83,18 @@ describe('sleep', () => {
     expect(JSON.parse(info.steps[1]!.output!)).toEqual({ until: new Date(parked.wake_at as number).toISOString() });
     await engine.shutdown();
     await rescuer.shutdown();
+  });
+
+  it('wakes a short sleep parked here at its time, with no sweep and no caller waiting', async () => {
+    // No sweeper runs, and start() leaves no one waiting for the result: only the process's own
+    // wake at the sleep's end continues the run (a sweep would, up to its interval later).
+    const engine = testEngine(db(), [nap]);
+    const ref = { scope: 'acme', key: uniqueKey('nap') };
+    await engine.start(nap, ref, { id: ref.key });
+    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000, interval: 20 }).toBe('completed');
+    expect(counts.get(`nap:${ref.key}`)).toBe(1);
+    await engine.shutdown();
   });
 
   it('never restarts its timer: woken and cut off before the sleep was recorded, it goes on at once', async () => {

@@ -99,10 +99,13 @@ export function acquireStatement(q: Queryable, clock: Clock, request: AcquireReq
              + coalesce(
                  -- Refused for a token: when the next one is due, plus a token's time for every run
                  -- already waiting (so that waiters come back spread out, roughly in turn).
-                 (select case when s.rate_limit is not null and ${refilled('p')} < 1
-                              then (1 - ${refilled('p')} + (select count(*) from stepkey.ledger w
-                                                             where w.status = 'waiting' and w.wait_kind = 'limit'
-                                                               and w.wait_for = stepkey.limit_wait_for(${limit}, ${partition})))
+                 -- A rate-only limit refuses only for a token: when this statement's snapshot still
+                 -- shows one (another acquirer took it after the snapshot), one token's time.
+                 (select case when s.rate_limit is not null and (s.concurrency is null or ${refilled('p')} < 1)
+                              then (case when ${refilled('p')} < 1 then 1 - ${refilled('p')} else 1 end
+                                    + (select count(*) from stepkey.ledger w
+                                        where w.status = 'waiting' and w.wait_kind = 'limit'
+                                          and w.wait_for = stepkey.limit_wait_for(${limit}, ${partition})))
                                    * s.rate_period_ms / s.rate_limit end
                     from settings s
                     left join stepkey.limit_partitions p on p.limit_name = ${limit} and p.partition = ${partition}
