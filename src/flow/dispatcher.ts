@@ -93,7 +93,11 @@ export class Dispatcher {
    * its queue now, so that it starts at once here if a slot is free.
    */
   afterRequeue(claim: ClaimResult): void {
-    const queue = claim.state === 'waiting' && claim.resumed ? claim.wait.for : null;
+    this.dispatchQueue(claim.state === 'waiting' && claim.resumed ? claim.wait.for : null);
+  }
+
+  /** Dispatches `queue` now if this process registers it (a queued run came due here, say). */
+  dispatchQueue(queue: string | null): void {
     if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue);
   }
 

@@ -39,7 +39,7 @@ import { cancelRunAction } from '../actions/cancel-run.js';
 import type { ActionBy } from '../actions/sql/audit.js';
 import { isUnavailable, type StopReason } from './errors.js';
 import { loadRun, type FinishedStep } from './sql/load-run.js';
-import { expireRunLease, heartbeatRuns, sweepExpiredRuns, wakeDueRun } from './sql/run-leases.js';
+import { expireRunLease, heartbeatRuns, stillParked, sweepExpiredRuns, wakeDueRun } from './sql/run-leases.js';
 import { summarise } from './values.js';
 import { mismatchError, parkedWait, replayFields, settledFromRow, toAttempt, unwrap, type RunAttempt } from './outcomes.js';
 import type { EventInput, EventName } from './define.js';
@@ -155,6 +155,8 @@ export class Engine {
   readonly #pendingWakes = new Set<string>();
   /** Prompt wakes of the runs parked here on a time (waits/wake-timers.ts). */
   readonly #wakeTimers: WakeTimers;
+  /** Wakes whose take is in flight: room they hold until the run they take is running. */
+  #waking = 0;
   readonly #heartbeat: NodeJS.Timeout;
   readonly #heartbeatMs: number;
   #sweeper: NodeJS.Timeout | undefined;
@@ -214,7 +216,7 @@ export class Engine {
         wake: (ref) => this.#wake(ref),
       },
     };
-    this.#wakeTimers = new WakeTimers({ wake: (ref) => this.#wake(ref), now: () => Date.now() + this.clock.offsetMs, horizonMs: WAKE_HORIZON_MS });
+    this.#wakeTimers = new WakeTimers({ wake: (ref) => this.#wake(ref, (missed) => this.#afterTimerMiss(missed)), now: () => Date.now() + this.clock.offsetMs, horizonMs: WAKE_HORIZON_MS });
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
     this.#heartbeat.unref();
   }
@@ -448,7 +450,7 @@ export class Engine {
    */
   async sweep(): Promise<number> {
     if (this.#closing || this.#sweeping) return 0;
-    const capacity = this.maxConcurrentRuns - this.#running.size;
+    const capacity = this.maxConcurrentRuns - this.#running.size - this.#waking;
     if (capacity <= 0) return 0;
     this.#sweeping = true;
     try {
@@ -718,18 +720,33 @@ export class Engine {
    * A prompt wake: takes the parked run now if it is due and this process
    * runs its version, and continues it here. Otherwise the next sweep does.
    */
-  #wake(ref: KeyRef): void {
-    if (this.#closing || this.#running.size >= this.maxConcurrentRuns) return;
+  #wake(ref: KeyRef, missed?: (ref: KeyRef) => Promise<void>): void {
+    if (this.#closing || this.#running.size + this.#waking >= this.maxConcurrentRuns) return;
     if (this.#running.has(idOf(ref))) {
       this.#pendingWakes.add(idOf(ref));
       return;
     }
+    this.#waking += 1;
     void (async () => {
-      const taken = await wakeDueRun(this.sql, this.clock, ref, this.leaseMs, this.registry.all().map(({ name, version }) => ({ name, version })));
-      if (!taken) return;
+      let taken;
+      try {
+        taken = await wakeDueRun(this.sql, this.clock, ref, this.leaseMs, this.registry.all().map(({ name, version }) => ({ name, version })));
+      } finally {
+        this.#waking -= 1;
+      }
+      if (!taken) return missed?.(ref);
       const lease = { scope: taken.scope, key: taken.key, token: taken.token };
       await this.#track(lease, () => this.#resumeOwned(lease));
     })().catch((error: unknown) => this.#onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`));
+  }
+
+  /** A timer's wake took nothing: the run not due yet by the database's clock, or due on a queue (waits/wake-timers.ts). */
+  async #afterTimerMiss(ref: KeyRef): Promise<void> {
+    if (this.#closing) return;
+    const parked = await stillParked(this.sql, this.clock, ref);
+    if (!parked) return;
+    if (parked.queue !== null) this.#dispatcher.dispatchQueue(parked.queue);
+    else if (parked.due_in_ms !== null && parked.due_in_ms > 0) this.#wakeTimers.armIn(ref, parked.due_in_ms);
   }
 
   /** A duplicate found the run parked and due (its sweeper has not come yet): wake it here. */

@@ -33,8 +33,9 @@ const pair = defineLimit({ name: 'lim-pair', concurrency: 2 });
 const single = defineLimit({ name: 'lim-single', concurrency: 1 });
 const slow = defineLimit({ name: 'lim-slow', rateLimit: { limit: 1, periodMs: 60_000 } });
 const perAccount = defineLimit<{ account: string }>({ name: 'lim-account', concurrency: 1, partitionBy: (input) => input.account });
-/** One token a second, ten in the bucket. */
+/** One token a second, ten in the bucket; and the same with slots. */
 const steady = defineLimit({ name: 'lim-steady', rateLimit: { limit: 10, periodMs: 10_000 } });
+const steadySlots = defineLimit({ name: 'lim-steady-slots', rateLimit: { limit: 10, periodMs: 10_000 }, concurrency: 5 });
 
 /** The workflow most tests run; the takeover test runs a copy of its own, so that its sweeper takes no other test's runs. */
 const heldWorkflow = (name: string) => defineWorkflow({
@@ -93,20 +94,22 @@ const failing = defineWorkflow({
   },
 });
 
-const paced = defineWorkflow({
-  name: 'lim-paced',
-  version: 1,
-  input: z.object({ id: z.string() }),
-  steps: { call: step('paced.v1', { limit: steady }) },
-  async run({ input, steps }) {
-    return steps.call.call(async () => input.id);
-  },
-});
+const pacedBy = (limit: typeof steady) =>
+  defineWorkflow({
+    name: `${limit.name}-paced`,
+    version: 1,
+    input: z.object({ id: z.string() }),
+    steps: { call: step('paced.v1', { limit }) },
+    async run({ input, steps }) {
+      return steps.call.call(async () => input.id);
+    },
+  });
+const paced = { [steady.name]: pacedBy(steady), [steadySlots.name]: pacedBy(steadySlots) };
 
-const limits = [pair, single, slow, perAccount, steady];
+const limits = [pair, single, slow, perAccount, steady, steadySlots];
 const engines: Engine[] = [];
 const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
-  const e = testEngine(db(), [held, metered, failing, paced], { limits, ...options });
+  const e = testEngine(db(), [held, metered, failing, ...Object.values(paced)], { limits, ...options });
   engines.push(e);
   return e;
 };
@@ -281,32 +284,36 @@ describe('step limits', () => {
     expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(3);
   });
 
-  it('a run that loses the last token to a concurrent acquire comes back a token later, not at the slot backstop', async () => {
-    const e = engine();
-    const first = { scope: 'acme', key: uniqueKey('paced') };
-    expect(await e.run(paced, first, { id: first.key })).toBe(first.key);
-    // Another acquirer takes the bucket's last token and has not committed: the partition row is locked.
-    const rival = await db().sql.reserve();
-    try {
-      await rival`begin`;
-      await rival`update stepkey.limit_partitions set tokens = 0, refilled_at = now() where limit_name = 'lim-steady'`;
-      const next = { scope: 'acme', key: uniqueKey('paced-next') };
-      await e.start(paced, next, { id: next.key });
-      // The acquire read the bucket (nine tokens) before it waited for the row; it decides on the row's new version.
-      await expect.poll(async () => (await db().sql`
-        select count(*)::int as n from pg_stat_activity
-         where datname = current_database() and wait_event_type = 'Lock' and strpos(query, 'limit_partitions') > 0`)[0]!.n).toBe(1);
-      await rival`commit`;
-      await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { timeout: 10_000, interval: 10 }).toBe('limit');
-      const row = await runRow(db().sql, next);
-      // One token's time (a second here), not the backstop of a run waiting for a slot (10 s and more).
-      expect(row!.wake_in_ms).toBeGreaterThan(0);
-      expect(row!.wake_in_ms).toBeLessThanOrEqual(1_500);
-      await waitForRunsToEnd(db().sql, next.key, 30_000);
-    } finally {
-      rival.release();
-    }
-  });
+  for (const limit of [steady, steadySlots]) {
+    const kind = limit.concurrency === null ? 'a rate-only limit' : 'a limit with free slots too';
+    it(`a run that loses the last token to a concurrent acquire comes back a token later, not at the slot backstop (${kind})`, async () => {
+      const e = engine();
+      const workflow = paced[limit.name]!;
+      const first = { scope: 'acme', key: uniqueKey('paced') };
+      expect(await e.run(workflow, first, { id: first.key })).toBe(first.key);
+      // Another acquirer takes the bucket's last token and has not committed: the partition row is locked.
+      const rival = await db().sql.reserve();
+      try {
+        await rival`begin`;
+        await rival`update stepkey.limit_partitions set tokens = 0, refilled_at = now() where limit_name = ${limit.name}`;
+        const next = { scope: 'acme', key: uniqueKey('paced-next') };
+        await e.start(workflow, next, { id: next.key });
+        // The acquire read the bucket (nine tokens) before it waited for the row; it decides on the row's new version.
+        await expect.poll(async () => (await db().sql`
+          select count(*)::int as n from pg_stat_activity
+           where datname = current_database() and wait_event_type = 'Lock' and strpos(query, 'limit_partitions') > 0`)[0]!.n).toBe(1);
+        await rival`commit`;
+        await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { timeout: 10_000, interval: 10 }).toBe('limit');
+        const row = await runRow(db().sql, next);
+        // One token's time (a second here), not the backstop of a run waiting for a slot (10 s and more).
+        expect(row!.wake_in_ms).toBeGreaterThan(0);
+        expect(row!.wake_in_ms).toBeLessThanOrEqual(1_500);
+        await waitForRunsToEnd(db().sql, next.key, 30_000);
+      } finally {
+        rival.release();
+      }
+    });
+  }
 
   it('reads its settings from the limit’s row: the newest definition to start wins, in every engine', async () => {
     const wide = defineLimit({ name: 'lim-shared', concurrency: 5 });

@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
@@ -50,6 +51,29 @@ const nap = defineWorkflow({
   },
 });
 
+/** A sleep until `until` (default: a second), then a step that waits for the test (counting the runs inside it at once). */
+let inside = 0;
+let most = 0;
+const waiting: (() => void)[] = [];
+const napThenHold = defineWorkflow({
+  name: 'timer-nap-hold',
+  version: 1,
+  input: z.object({ id: z.string(), until: z.number().optional() }),
+  steps: { rest: step('rest.v1'), hold: step('hold.v1') },
+  async run({ input, steps }) {
+    if (input.until === undefined) await steps.rest.sleep(1_000);
+    else await steps.rest.sleepUntil(new Date(input.until));
+    await steps.hold.call(async () => {
+      inside += 1;
+      most = Math.max(most, inside);
+      await new Promise<void>((resolve) => waiting.push(resolve));
+      inside -= 1;
+    });
+    return 'held';
+  },
+});
+const napQueue = defineQueue({ name: 'timer-naps', concurrency: 1 });
+
 const row = async (ref: { scope: string; key: string }) =>
   (
     await db().sql`select status, lease_token, locked_until, expires_at, wait_kind, wait_step,
@@ -93,6 +117,59 @@ describe('sleep', () => {
     await engine.start(nap, ref, { id: ref.key });
     await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
     await expect.poll(async () => (await row(ref)).status, { timeout: 5_000, interval: 20 }).toBe('completed');
+    expect(counts.get(`nap:${ref.key}`)).toBe(1);
+    await engine.shutdown();
+  });
+
+  it('arms the wake again when the database says the run is not due yet (its clock behind this host’s)', async () => {
+    const engine = testEngine(db(), [napThenHold]);
+    const ref = { scope: 'acme', key: uniqueKey('nap-skew') };
+    await engine.start(napThenHold, ref, { id: ref.key });
+    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    // As if the database's clock ran a second behind: by it, the run is due a second after the timer fires.
+    await db().sql`update stepkey.ledger set wake_at = wake_at + interval '1 second' where scope = ${ref.scope} and key = ${ref.key}`;
+    await expect.poll(async () => (await row(ref)).status, { timeout: 10_000, interval: 20 }).toBe('in_progress');
+    // Not before its (database) time.
+    const [late] = await db().sql<{ ms: number }[]>`
+      select (extract(epoch from clock_timestamp() - wake_at) * 1000)::float8 as ms from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
+    expect(late!.ms).toBeGreaterThanOrEqual(0);
+    await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBe(1);
+    waiting.shift()!();
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await engine.shutdown();
+  });
+
+  it('takes no more runs at their wake time than it has room for; the sweep takes the rest', async () => {
+    inside = 0;
+    most = 0;
+    const engine = testEngine(db(), [napThenHold], { maxConcurrentRuns: 2 });
+    const refs = Array.from({ length: 6 }, () => ({ scope: 'acme', key: uniqueKey('nap-room') }));
+    const until = Date.now() + 1_500;
+    for (const ref of refs) await engine.start(napThenHold, ref, { id: ref.key, until });
+    for (const ref of refs) await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    // All six come due at the same instant: two are taken, four stay parked.
+    await expect.poll(() => inside, { timeout: 10_000, interval: 20 }).toBe(2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(engine.activeRuns).toBe(2);
+    const statuses = await Promise.all(refs.map(async (ref) => (await row(ref)).status));
+    expect(statuses.filter((status) => status === 'waiting')).toHaveLength(4);
+    engine.startSweeper();
+    for (let released = 0; released < refs.length; released += 1) {
+      await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBeGreaterThan(0);
+      waiting.shift()!();
+    }
+    for (const ref of refs) await expect.poll(async () => (await row(ref)).status, { timeout: 10_000 }).toBe('completed');
+    expect(most).toBe(2);
+    await engine.shutdown();
+  });
+
+  it('dispatches the queue of a queued run that comes due, with no sweep', async () => {
+    const engine = testEngine(db(), [nap], { queues: [napQueue] });
+    const ref = { scope: 'acme', key: uniqueKey('nap-queued') };
+    const handle = await engine.enqueue(nap, ref, { id: ref.key }, { queue: napQueue });
+    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    // Parked on its sleep, it gave its slot back: only the queue's dispatch may start it again.
+    await expect(handle.result()).resolves.toBe('rested');
     expect(counts.get(`nap:${ref.key}`)).toBe(1);
     await engine.shutdown();
   });

@@ -98,16 +98,19 @@ export function acquireStatement(q: Queryable, clock: Clock, request: AcquireReq
            (extract(epoch from ${now}) * 1000
              + coalesce(
                  -- Refused for a token: when the next one is due, plus a token's time for every run
-                 -- already waiting (so that waiters come back spread out, roughly in turn).
-                 -- A rate-only limit refuses only for a token: when this statement's snapshot still
-                 -- shows one (another acquirer took it after the snapshot), one token's time.
-                 (select case when s.rate_limit is not null and (s.concurrency is null or ${refilled('p')} < 1)
+                 -- already waiting (so that waiters come back spread out, roughly in turn). The
+                 -- refusal was decided on the partition row's latest version, these figures come
+                 -- from this statement's snapshot: when the snapshot still shows a token and no
+                 -- full slot count (another acquirer took the token after it), one token's time.
+                 (select case when s.rate_limit is not null
+                               and (s.concurrency is null or ${refilled('p')} < 1 or m.held or coalesce(p.held, 0) < s.concurrency)
                               then (case when ${refilled('p')} < 1 then 1 - ${refilled('p')} else 1 end
                                     + (select count(*) from stepkey.ledger w
                                         where w.status = 'waiting' and w.wait_kind = 'limit'
                                           and w.wait_for = stepkey.limit_wait_for(${limit}, ${partition})))
                                    * s.rate_period_ms / s.rate_limit end
                     from settings s
+                    cross join mine m
                     left join stepkey.limit_partitions p on p.limit_name = ${limit} and p.partition = ${partition}
                    where not exists (select 1 from taken)),
                  -- Refused for a slot: woken when one is given back, or after the backstop.

@@ -102,6 +102,25 @@ export async function sweepExpiredRuns(
               (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and e.holding) as queue`;
 }
 
+/** A parked run, as a timer's wake that took nothing finds it (see waits/wake-timers.ts). */
+export interface StillParked {
+  /** How long until it is due by the database's clock (≤ 0: due). */
+  due_in_ms: number | null;
+  /** The queue it waits on without a slot: only that queue's dispatch starts it. */
+  queue: string | null;
+}
+
+/** The run, if it is still parked: when it is due and whether a queue holds it (one read). */
+export async function stillParked(q: Queryable, clock: Clock, ref: KeyRef): Promise<StillParked | undefined> {
+  const now = sqlNow(q, clock);
+  const [row] = await q<StillParked[]>`
+    select (extract(epoch from l.wake_at - ${now}) * 1000)::float8 as due_in_ms,
+           (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and not e.holding) as queue
+      from stepkey.ledger l
+     where l.scope = ${ref.scope} and l.key = ${ref.key} and l.status = 'waiting'`;
+  return row;
+}
+
 /**
  * Takes one parked run that is due, now (a prompt wake after an event or a
  * child's end), as the sweeper would: a new lease token — only if its

@@ -7,8 +7,11 @@
  *
  * A timer is only a hint: when it fires, the engine's wake takes the run if
  * it is still parked and due and this process has room (wakeDueRun, one
- * conditional UPDATE; any sweeper may have taken it first), and otherwise
- * does nothing — the sweep stays the guarantee. Timers are kept for waits
+ * conditional UPDATE; any sweeper may have taken it first). If it took
+ * nothing and the run is still parked, one read says why: not due yet by
+ * the database's clock (the timer is armed again, by the database's delay),
+ * or due on a queue without a slot (the queue is dispatched). Without room
+ * it does nothing — the sweep stays the guarantee. Timers are kept for waits
  * due within `horizonMs`, one per run, unref'd, and dropped at shutdown.
  */
 import type { KeyRef } from '../../ledger/types.js';
@@ -36,7 +39,15 @@ export class WakeTimers {
   /** Arms a wake for a run that parked here on `wait`, if it ends at a time within the horizon. */
   arm(ref: KeyRef, wait: RunWaitView): void {
     if (!wait.until || !TIMED.has(wait.kind)) return;
-    const delay = wait.until.getTime() - this.#now();
+    this.armIn(ref, wait.until.getTime() - this.#now());
+  }
+
+  /**
+   * Arms a wake `delayMs` from now. A wake that found the run not due yet —
+   * the database's clock behind this host's — arms again with the delay the
+   * database gave.
+   */
+  armIn(ref: KeyRef, delay: number): void {
     if (delay > this.#horizonMs) return;
     const id = `${ref.scope}\u001f${ref.key}`;
     clearTimeout(this.#timers.get(id));
