@@ -216,7 +216,11 @@ export class Engine {
         wake: (ref) => this.#wake(ref),
       },
     };
-    this.#wakeTimers = new WakeTimers({ wake: (ref) => this.#wake(ref, (missed) => this.#afterTimerMiss(missed)), now: () => Date.now() + this.clock.offsetMs, horizonMs: WAKE_HORIZON_MS });
+    this.#wakeTimers = new WakeTimers({
+      wake: (ref) => this.#wake(ref, (missed) => this.#afterTimerMiss(missed)),
+      now: () => Date.now() + this.clock.offsetMs,
+      horizonMs: WAKE_HORIZON_MS,
+    });
     this.#heartbeat = setInterval(() => void this.#beat(), heartbeatMs);
     this.#heartbeat.unref();
   }
