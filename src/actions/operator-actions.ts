@@ -12,13 +12,13 @@ import { type Clock, systemClock } from '../db/clock.js';
 import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
 import type { KeyRef } from '../ledger/types.js';
 import { cancelRunAction, type ActionResult } from './cancel-run.js';
-import { resumeRunAction } from './resume-run.js';
+import { resumeRunAction, type ResumeResult } from './resume-run.js';
 import { retryJobsAction, type RetryResult } from './retry-jobs.js';
 import type { ActionBy } from './sql/audit.js';
 
 export interface OperatorActions {
   cancel(ref: KeyRef, reason?: string): Promise<ActionResult>;
-  resume(ref: KeyRef): Promise<ActionResult>;
+  resume(ref: KeyRef): Promise<ResumeResult>;
   retryJobs(ids: readonly string[]): Promise<RetryResult>;
 }
 

@@ -9,19 +9,33 @@ import type { Clock } from '../db/clock.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { KeyRef } from '../ledger/types.js';
 import { assertRef, requireRun, type ActionResult } from './cancel-run.js';
+import type { RunStatusName } from '../read/run-status.js';
 import { insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { makeRunDue } from './sql/make-due.js';
 
-export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: ActionBy): Promise<ActionResult> {
+export interface ResumeResult extends ActionResult {
+  /** Not applied because another claimant held the run's key at that moment (a retry of its request resuming it, say). */
+  busy: boolean;
+}
+
+export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: ActionBy): Promise<ResumeResult> {
   assertRef(ref);
   try {
     return await sql.begin(async (tx) => {
       const previous = await requireRun(tx, clock, ref);
-      const applied = await makeRunDue(tx, clock, ref);
-      await insertAuditStatement(tx, clock, by, { scope: ref.scope, action: 'resume', key: ref.key, applied, detail: { before: previous } });
-      return { applied, previous };
+      const { applied, busy } = await makeRunDue(tx, clock, ref);
+      const detail = busy ? { before: previous, busy } : { before: previous };
+      await insertAuditStatement(tx, clock, by, { scope: ref.scope, action: 'resume', key: ref.key, applied, detail });
+      return { applied, previous, busy };
     });
   } catch (error) {
     throw translateDatabaseError(error, 'resuming a run');
   }
+}
+
+/** Why a resume changed nothing, as the CLI and the dashboard say it. */
+export function notResumedBecause(result: { previous: RunStatusName; busy: boolean }): string {
+  if (result.busy) return 'another claimant holds its key right now (a retry of its request taking it, say); try again in a moment';
+  if (result.previous === 'failed' || result.previous === 'stuck') return 'its record has expired: a new request under its key starts afresh';
+  return `the run is ${result.previous}, not failed or stuck`;
 }

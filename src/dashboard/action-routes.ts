@@ -6,7 +6,9 @@
  * token), a JSON body, and is refused in read-only mode (auth.ts).
  */
 import { z } from 'zod';
+import type { ActionResult } from '../actions/cancel-run.js';
 import { operatorActions, type OperatorActions } from '../actions/operator-actions.js';
+import { notResumedBecause } from '../actions/resume-run.js';
 import type { Database } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import type { ActionAnswer } from './api-types.js';
@@ -74,15 +76,16 @@ export async function runAction(name: string, request: DashboardRequest, deps: A
     const body = parsed.data as z.infer<typeof bodies.cancel>;
     const target = { scope: body.scope, key: body.key };
     const result = name === 'cancel' ? await actions.cancel(target, body.reason) : await actions.resume(target);
-    answer = { applied: result.applied, previous: result.previous, message: actionMessage(name, result.applied, result.previous) };
+    answer = { applied: result.applied, previous: result.previous, message: actionMessage(name, result) };
   }
   deps.changed();
   return json(answer.applied ? 200 : 409, answer);
 }
 
-function actionMessage(name: string, applied: boolean, previous: string): string {
+function actionMessage(name: string, result: ActionResult & { busy?: boolean }): string {
+  const { applied, previous } = result;
   if (name === 'cancel') return applied ? `Cancelled (was ${previous}).` : `Not cancelled: the run has already ended (${previous}).`;
-  return applied ? `Due now (was ${previous}): a worker's sweeper continues it.` : `Not resumed: the run is ${previous}, not failed or stuck.`;
+  return applied ? `Due now (was ${previous}): a worker's sweeper continues it.` : `Not resumed: ${notResumedBecause({ previous, busy: result.busy ?? false })}.`;
 }
 
 function parseJson(body: string | undefined): unknown {

@@ -141,6 +141,34 @@ describe('cancel and resume', () => {
     }
   });
 
+  it('says why a failed run was not resumed: its key held by another claimant, or its record expired', async () => {
+    const scope = 'resume-why';
+    const key = await failedCheckout(db(), scope);
+    const holder = await db().sql.reserve();
+    try {
+      // A claimant holds the run's key (a retry of its request taking it, say).
+      await holder`begin`;
+      await holder`select pg_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0))`;
+      const busy = await cli(['resume', key, '--scope', scope]);
+      expect(busy.code).toBe(1);
+      expect(busy.stderr).toContain(`Run '${key}' in scope '${scope}' was not resumed: another claimant holds its key right now`);
+      await holder`rollback`;
+    } finally {
+      holder.release();
+    }
+    const audit = await db().sql`select applied, detail from stepkey.audit_log where scope = ${scope} and key = ${key} order by id`;
+    expect(audit.map((row) => [row.applied, JSON.parse(row.detail)])).toEqual([[false, { before: 'failed', busy: true }]]);
+    // Its retention over: nothing to resume, and the message says so.
+    const expired = await failedCheckout(db(), scope);
+    await db().sql`update stepkey.ledger set expires_at = now() - interval '1 second' where scope = ${scope} and key = ${expired}`;
+    const gone = await cli(['resume', expired, '--scope', scope]);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain('was not resumed: its record has expired');
+    // Free again: the first is made due.
+    const due = await cli(['resume', key, '--scope', scope]);
+    expect(due.code).toBe(0);
+  });
+
   it('cancels a failed run once; cancelling again or an unknown key exits 1', async () => {
     const scope = 'cancel';
     const key = uniqueKey('gated');

@@ -18,19 +18,31 @@ import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 
-export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promise<boolean> {
+export interface MadeDue {
+  /** The run changed: it is due now. */
+  applied: boolean;
+  /** Nothing changed because another claimant holds the key's advisory lock (try again in a moment). */
+  busy: boolean;
+}
+
+export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promise<MadeDue> {
   const now = sqlNow(q, clock);
-  const rows = await q`
-    update stepkey.ledger
-       set status = 'in_progress',
-           lease_token = gen_random_uuid(),
-           locked_until = ${now},
-           expires_at = null,
-           updated_at = ${now}
-     where scope = ${ref.scope} and key = ${ref.key} and kind = 'run'
-       and (status = 'failed' or (status = 'in_progress' and locked_until <= ${now}))
-       and (expires_at is null or expires_at > ${now})
-       and (select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)))
-    returning 1`;
-  return rows.length === 1;
+  const [row] = await q<MadeDue[]>`
+    with lock as materialized (
+      select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)) as held
+    ), made as (
+      update stepkey.ledger
+         set status = 'in_progress',
+             lease_token = gen_random_uuid(),
+             locked_until = ${now},
+             expires_at = null,
+             updated_at = ${now}
+       where scope = ${ref.scope} and key = ${ref.key} and kind = 'run'
+         and (status = 'failed' or (status = 'in_progress' and locked_until <= ${now}))
+         and (expires_at is null or expires_at > ${now})
+         and (select held from lock)
+      returning 1
+    )
+    select exists (select 1 from made) as applied, not (select held from lock) as busy`;
+  return { applied: row!.applied, busy: row!.busy };
 }

@@ -5,7 +5,7 @@
  * the app's registered definition of the run's version, and prints how it
  * ended.
  */
-import { resumeRunAction } from '../../actions/resume-run.js';
+import { notResumedBecause, resumeRunAction } from '../../actions/resume-run.js';
 import { systemClock } from '../../db/clock.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
 import type { RunAttempt } from '../../workflow/engine.js';
@@ -28,7 +28,8 @@ token and a lease already ended, so the next sweep of any worker continues it
 from its last finished step (a failed run on a queue waits for a slot again:
 the queue's next dispatch continues it). The action is recorded in the audit log. Exit 0
 when the run was made due; exit 1 when it is not failed or stuck (running,
-completed, ended with an error, cancelled) or unknown.
+completed, ended with an error, cancelled), unknown, past its retention, or
+its key is held by another claimant at that moment (try again).
 
 With --here, the run is continued in this process instead, and the command
 waits for it: it needs the app module (--app) registering the run's workflow
@@ -51,7 +52,7 @@ elsewhere right now.`,
       });
     });
     if (!outcome.applied) {
-      throw new CliFailure('not_resumable', `Run '${key}' in scope '${scope}' is ${outcome.previous}, not failed or stuck; nothing was resumed.`);
+      throw new CliFailure('not_resumable', `Run '${key}' in scope '${scope}' was not resumed: ${notResumedBecause(outcome)}.`);
     }
     if (context.json) context.printJson({ scope, key, due: true, previousStatus: outcome.previous });
     else context.line(`Run '${key}' in scope '${scope}' (was ${outcome.previous}) is due: a worker's sweeper continues it.`);
