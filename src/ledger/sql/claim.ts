@@ -33,7 +33,13 @@
  * own, sent with the claim in one round trip: the claim's snapshot is then
  * taken after that attempt, and "vacant" is answered only when the earlier
  * statement got the lock. A holder releases the lock only after its commit is
- * visible, so a claim that got the lock sees the holder's row.
+ * visible, so a claim that got the lock sees the holder's row. That order
+ * holds on one connection — a transaction's, as `once` and the outbox use.
+ * On the pool (engine.resume, a caller waiting for a run's result) the two
+ * statements may run on two connections in either order, and each lock is
+ * released when its statement ends: there "vacant" means only that no row
+ * was found and no claimant held the key at those instants, and those
+ * callers take it as no more than that (the run is gone).
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
