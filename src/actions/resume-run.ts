@@ -16,6 +16,8 @@ import { makeRunDue } from './sql/make-due.js';
 export interface ResumeResult extends ActionResult {
   /** Not applied because another claimant held the run's key at that moment (a retry of its request resuming it, say). */
   busy: boolean;
+  /** Not applied because the run's retention had ended. */
+  expired: boolean;
 }
 
 export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: ActionBy): Promise<ResumeResult> {
@@ -23,10 +25,10 @@ export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: A
   try {
     return await sql.begin(async (tx) => {
       const previous = await requireRun(tx, clock, ref);
-      const { applied, busy } = await makeRunDue(tx, clock, ref);
+      const { applied, busy, expired } = await makeRunDue(tx, clock, ref);
       const detail = busy ? { before: previous, busy } : { before: previous };
       await insertAuditStatement(tx, clock, by, { scope: ref.scope, action: 'resume', key: ref.key, applied, detail });
-      return { applied, previous, busy };
+      return { applied, previous, busy, expired: !applied && expired };
     });
   } catch (error) {
     throw translateDatabaseError(error, 'resuming a run');
@@ -34,8 +36,11 @@ export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: A
 }
 
 /** Why a resume changed nothing, as the CLI and the dashboard say it. */
-export function notResumedBecause(result: { previous: RunStatusName; busy: boolean }): string {
+export function notResumedBecause(result: { previous: RunStatusName; busy: boolean; expired: boolean }): string {
   if (result.busy) return 'another claimant holds its key right now (a retry of its request taking it, say); try again in a moment';
-  if (result.previous === 'failed' || result.previous === 'stuck') return 'its record has expired: a new request under its key starts afresh';
+  if (result.expired) return 'its record has expired: a new request under its key starts afresh';
+  if (result.previous === 'failed' || result.previous === 'stuck') {
+    return `it was ${result.previous} a moment ago and has been taken since (a sweeper, or a retry of its request)`;
+  }
   return `the run is ${result.previous}, not failed or stuck`;
 }

@@ -8,7 +8,7 @@
 import { z } from 'zod';
 import type { ActionResult } from '../actions/cancel-run.js';
 import { operatorActions, type OperatorActions } from '../actions/operator-actions.js';
-import { notResumedBecause } from '../actions/resume-run.js';
+import { notResumedBecause, type ResumeResult } from '../actions/resume-run.js';
 import type { Database } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import type { ActionAnswer } from './api-types.js';
@@ -82,10 +82,11 @@ export async function runAction(name: string, request: DashboardRequest, deps: A
   return json(answer.applied ? 200 : 409, answer);
 }
 
-function actionMessage(name: string, result: ActionResult & { busy?: boolean }): string {
+function actionMessage(name: string, result: ActionResult | ResumeResult): string {
   const { applied, previous } = result;
   if (name === 'cancel') return applied ? `Cancelled (was ${previous}).` : `Not cancelled: the run has already ended (${previous}).`;
-  return applied ? `Due now (was ${previous}): a worker's sweeper continues it.` : `Not resumed: ${notResumedBecause({ previous, busy: result.busy ?? false })}.`;
+  if (applied) return `Due now (was ${previous}): a worker's sweeper continues it.`;
+  return `Not resumed: ${notResumedBecause({ busy: false, expired: false, ...result })}.`;
 }
 
 function parseJson(body: string | undefined): unknown {

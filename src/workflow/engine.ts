@@ -654,6 +654,8 @@ export class Engine {
   /** Registers an execution so that local callers can wait for it. */
   #track(lease: Lease, execute: () => Promise<Settled>): Promise<Settled> {
     const id = idOf(lease);
+    // Continued here before its time came (an event, a sweep): its wake would only find it taken.
+    this.#wakeTimers.disarm(lease);
     const done = execute().finally(() => {
       if (this.#running.get(id) === done) this.#running.delete(id);
       // Woken while this execution was still unwinding from its park: wake it now.
@@ -734,7 +736,7 @@ export class Engine {
     void (async () => {
       let taken;
       try {
-        taken = await wakeDueRun(this.sql, this.clock, ref, this.leaseMs, this.registry.all().map(({ name, version }) => ({ name, version })));
+        taken = await wakeDueRun(this.sql, this.clock, ref, this.leaseMs, this.#versions());
       } finally {
         this.#waking -= 1;
       }

@@ -185,7 +185,7 @@ describe('a failed queued run that is resumed', () => {
     const e = engine();
     const prefix = uniqueKey('rq-operator');
     const refs = await failedBehindHolder(e, prefix);
-    expect(await operatorActions(db()).resume(refs.failed)).toEqual({ applied: true, previous: 'failed', busy: false });
+    expect(await operatorActions(db()).resume(refs.failed)).toEqual({ applied: true, previous: 'failed', busy: false, expired: false });
     await expectWaitsThenCompletes(e, prefix, refs);
   });
 
@@ -222,7 +222,7 @@ describe('a failed queued run that is resumed', () => {
     // No sweeper runs in this engine: only the prompt dispatch can start it.
     expect(await e.resume(byResume)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
     await expect.poll(async () => (await status(db().sql, byResume))?.status, { timeout: 20_000 }).toBe('completed');
-    expect(await operatorActions(db()).resume(byOperator)).toEqual({ applied: true, previous: 'failed', busy: false });
+    expect(await operatorActions(db()).resume(byOperator)).toEqual({ applied: true, previous: 'failed', busy: false, expired: false });
     expect(await status(db().sql, byOperator)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
     await e.sweep();
     await waitForRunsToEnd(db().sql, prefix, 30_000);

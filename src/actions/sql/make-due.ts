@@ -23,6 +23,8 @@ export interface MadeDue {
   applied: boolean;
   /** Nothing changed because another claimant holds the key's advisory lock (try again in a moment). */
   busy: boolean;
+  /** Nothing changed because the run's retention has ended: its key is a new request now. */
+  expired: boolean;
 }
 
 export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promise<MadeDue> {
@@ -43,6 +45,8 @@ export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promi
          and (select held from lock)
       returning 1
     )
-    select exists (select 1 from made) as applied, not (select held from lock) as busy`;
-  return { applied: row!.applied, busy: row!.busy };
+    select exists (select 1 from made) as applied, not (select held from lock) as busy,
+           exists (select 1 from stepkey.ledger
+                    where scope = ${ref.scope} and key = ${ref.key} and expires_at <= ${now}) as expired`;
+  return { applied: row!.applied, busy: row!.busy, expired: row!.expired };
 }

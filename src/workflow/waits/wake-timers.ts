@@ -12,7 +12,8 @@
  * the database's clock (the timer is armed again, by the database's delay),
  * or due on a queue without a slot (the queue is dispatched). Without room
  * it does nothing — the sweep stays the guarantee. Timers are kept for waits
- * due within `horizonMs`, one per run, unref'd, and dropped at shutdown.
+ * due within `horizonMs`, one per run, unref'd; dropped when the run executes
+ * here again before its time, and at shutdown.
  */
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunWaitView } from './wait.js';
@@ -59,9 +60,11 @@ export class WakeTimers {
     this.#timers.set(id, timer);
   }
 
-  /** How many wakes are armed. */
-  get size(): number {
-    return this.#timers.size;
+  /** Drops the run's wake: it is executing here again (woken by an event, a sweep, a duplicate…). */
+  disarm(ref: KeyRef): void {
+    const id = `${ref.scope}\u001f${ref.key}`;
+    clearTimeout(this.#timers.get(id));
+    this.#timers.delete(id);
   }
 
   clear(): void {
