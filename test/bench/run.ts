@@ -5,6 +5,7 @@
  */
 import { ledgerBench } from './ledger.bench.js';
 import { workflowBench, workflowCostBench } from './workflow.bench.js';
+import { workflowPartsBench } from './workflow-parts.bench.js';
 import { trpcBench } from './trpc.bench.js';
 import { outboxBench } from './outbox.bench.js';
 import { recoveryBench } from './recovery.bench.js';
@@ -16,6 +17,7 @@ const benches: Record<string, (options: { ops: number; runs: number }) => Promis
   ledger: ledgerBench,
   workflow: workflowBench,
   'workflow-cost': workflowCostBench,
+  'workflow-parts': workflowPartsBench,
   trpc: trpcBench,
   outbox: outboxBench,
   recovery: recoveryBench,

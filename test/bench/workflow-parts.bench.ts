@@ -1,0 +1,207 @@
+/**
+ * Where a workflow run's time goes: the 3-step run of workflow.bench.ts
+ * taken apart, layer by layer, each layer measured against the ceiling in the
+ * same repetition (in turns, each repetition on a fresh database):
+ *
+ *   plain SQL          the run's record written by hand: the run row, three
+ *                      business rows, three step rows, the completion, in the
+ *                      engine's three transactions and its round trips, as
+ *                      plain INSERT/UPDATE statements on raw postgres.js
+ *                      connections — what the record costs with no engine
+ *   plain SQL, narrow  the same, the step rows in a narrow table of their own
+ *                      (primary key only): what the ledger's width and
+ *                      indexes cost the step rows (a what-if, not a schema)
+ *   engine SQL         the engine's own statements (probe, claim, step rows
+ *                      with their fences, completion), built by its builders,
+ *                      on raw postgres.js connections
+ *   engine SQL, tx     the same through stepkey's Transaction (pipelined
+ *                      BEGIN and COMMIT, SET LOCAL statement_timeout, the
+ *                      connection tracking)
+ *   engine             engine.run of the 3-step workflow
+ *
+ * The gaps between neighbouring rows are the costs of one layer each.
+ */
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { connect, type Database, type Sql } from '../../src/db/connect.js';
+import { systemClock } from '../../src/db/clock.js';
+import { Transaction } from '../../src/db/transaction.js';
+import { childKey, newRootKey } from '../../src/keys/derive.js';
+import { insertClaimRow, probeRow } from '../../src/ledger/sql/claim.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { createEngine } from '../../src/workflow/engine.js';
+import { insertStepRowsStatement, type StepRow } from '../../src/workflow/sql/step-rows.js';
+import { benchDatabase, measure, printTable, type Measurement } from './harness.js';
+
+const threeSteps = defineWorkflow({
+  name: 'bench-three',
+  version: 1,
+  input: z.object({ n: z.number() }),
+  steps: { a: step('a.v1'), b: step('b.v1'), c: step('c.v1') },
+  async run({ input, steps }) {
+    for (const handle of [steps.a, steps.b, steps.c]) {
+      await handle.tx(async (_db, { sql }) => {
+        await sql`insert into bench_rows (n) values (${input.n})`;
+      });
+    }
+    return input.n;
+  },
+});
+
+type Op = (i: number) => Promise<unknown>;
+const scope = 'bench';
+const leaseMs = 30_000;
+const stepTimeoutMs = 30_000;
+
+/** The run's record in plain statements, in the engine's transactions and round trips. */
+function plainSql(sql: Sql, narrow: boolean): Op {
+  const stepRow = (tx: Sql, run: string, root: string, name: string, seq: number) =>
+    narrow
+      ? tx`insert into bench_steps (scope, run_key, name, outcome, ok, seq) values (${scope}, ${run}, ${name}, 'null', true, ${seq})`
+      : tx`insert into stepkey.ledger
+             (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq, created_at, updated_at, completed_at)
+           values (${scope}, ${childKey(root, name)}, 'step', ${name}, ${run}, ${name}, 'completed', 'null', true, 1, ${seq}, now(), now(), now())`;
+  return async (i) => {
+    const key = `w-${i}`;
+    const token = randomUUID();
+    const root = newRootKey(scope, key);
+    await sql`select status from stepkey.ledger where scope = ${scope} and key = ${key}`;
+    // The run's start rides its first step's transaction.
+    let tx = await sql.reserve();
+    void tx`begin`.execute();
+    void tx`insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, version, input, root_key, lease_token, locked_until, flow)
+            values (${scope}, ${key}, 'run', 'bench-three', 'fingerprint', 'in_progress', 1, ${JSON.stringify({ n: i })}, ${root},
+                    ${token}::uuid, now() + interval '30 seconds', false)`.execute();
+    await tx`insert into bench_rows (n) values (${i})`;
+    await Promise.all([stepRow(tx, key, root, 'a', 0), tx`commit`]);
+    tx.release();
+    // The middle step's row, fenced by a share lock on the run row.
+    tx = await sql.reserve();
+    void tx`begin`.execute();
+    await tx`insert into bench_rows (n) values (${i})`;
+    await Promise.all([
+      tx`select 1 from stepkey.ledger where scope = ${scope} and key = ${key} and lease_token = ${token}::uuid and status = 'in_progress' for share`,
+      stepRow(tx, key, root, 'b', 1),
+      tx`commit`,
+    ]);
+    tx.release();
+    // The last step's row with the run's completion, fenced by its UPDATE.
+    tx = await sql.reserve();
+    void tx`begin`.execute();
+    await tx`insert into bench_rows (n) values (${i})`;
+    await Promise.all([
+      tx`update stepkey.ledger
+            set status = 'completed', outcome = ${String(i)}, outcome_ok = true, lease_token = null, locked_until = null,
+                completed_at = now(), updated_at = now(), expires_at = now() + interval '1 day'
+          where scope = ${scope} and key = ${key} and lease_token = ${token}::uuid and status = 'in_progress'`,
+      stepRow(tx, key, root, 'c', 2),
+      tx`commit`,
+    ]);
+    tx.release();
+  };
+}
+
+/** The engine's statements, from its own builders, on raw connections or through its Transaction. */
+function engineSql(sql: Sql, throughTransaction: boolean): Op {
+  const clock = systemClock;
+  const row = (root: string, name: string, seq: number): StepRow[] => [{ key: childKey(root, name), name, ok: true, body: 'null', attempts: 1, seq }];
+  const begin = async (first: boolean) => {
+    if (throughTransaction) {
+      const transaction = await Transaction.begin(sql, first ? {} : { statementTimeoutMs: stepTimeoutMs });
+      return { q: transaction.sql as unknown as Sql, commit: (last: ReturnType<typeof insertStepRowsStatement>) => transaction.commit(last) };
+    }
+    const tx = await sql.reserve();
+    void tx`begin`.execute();
+    return {
+      q: tx as unknown as Sql,
+      commit: async (last: ReturnType<typeof insertStepRowsStatement>) => {
+        await Promise.all([last, tx`commit`]);
+        tx.release();
+      },
+    };
+  };
+  return async (i) => {
+    const key = `w-${i}`;
+    const root = newRootKey(scope, key);
+    const request = {
+      scope,
+      key,
+      fingerprint: 'fingerprint',
+      kind: 'run' as const,
+      name: 'bench-three',
+      run: { version: 1, input: JSON.stringify({ n: i }), traceContext: null, flow: false },
+      rootKey: root,
+    };
+    const lease = { scope, key, token: randomUUID() };
+    await probeRow(sql, clock, request);
+    let tx = await begin(true);
+    await insertClaimRow(tx.q, clock, request, lease.token, leaseMs);
+    await tx.q`insert into bench_rows (n) values (${i})`;
+    await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'a', 0), [], { kind: 'ownStart' }));
+    tx = await begin(false);
+    await tx.q`insert into bench_rows (n) values (${i})`;
+    await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'b', 1), [], { kind: 'share' }));
+    tx = await begin(false);
+    await tx.q`insert into bench_rows (n) values (${i})`;
+    const complete = { kind: 'complete' as const, outcome: { ok: true, body: String(i) }, retentionMs: 86_400_000 };
+    await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'c', 2), [], complete));
+  };
+}
+
+const layers: { label: string; op: (db: Database, engine: ReturnType<typeof createEngine>) => Op }[] = [
+  {
+    label: '4 bare transactions (the ceiling)',
+    op: (db) => async (i) => {
+      for (let t = 0; t < 4; t += 1) await db.sql.begin((tx) => tx`insert into bench_rows (n) values (${i})`);
+    },
+  },
+  { label: 'the record in plain SQL', op: (db) => plainSql(db.sql, false) },
+  { label: 'the same, step rows in a narrow table (what-if)', op: (db) => plainSql(db.sql, true) },
+  { label: "the engine's statements, raw connections", op: (db) => engineSql(db.sql, false) },
+  { label: "the engine's statements through its Transaction", op: (db) => engineSql(db.sql, true) },
+  { label: '3-step workflow (engine.run)', op: (_db, engine) => (i) => engine.run(threeSteps, { scope, key: `w-${i}` }, { n: i }) },
+];
+
+export async function workflowPartsBench(options: { ops: number; runs: number }): Promise<void> {
+  const database = await benchDatabase();
+  const repetitions = Math.max(5, options.runs);
+  try {
+    const rows: (string | number)[][] = [];
+    for (const concurrency of [1, 32]) {
+      const results = layers.map((): Measurement[] => []);
+      for (let repetition = 0; repetition < repetitions; repetition += 1) {
+        for (const [index, layer] of layers.entries()) {
+          const fresh = await database.fresh();
+          const db = connect(fresh.url, { max: 40 });
+          const engine = createEngine({ database: db, workflows: [threeSteps], onError: () => {}, logger: false });
+          try {
+            await db.sql`create table bench_rows (id bigserial primary key, n int not null)`;
+            await db.sql`create table bench_steps (scope text not null, run_key text not null, name text not null,
+                           outcome text not null, ok boolean not null, attempts int not null default 1, seq int,
+                           completed_at timestamptz not null default now(), primary key (scope, run_key, name))`;
+            const op = layer.op(db, engine);
+            await measure(200, concurrency, (i) => op(1_000_000 + i));
+            results[index]!.push(await measure(options.ops, concurrency, op));
+          } finally {
+            await engine.shutdown();
+            await db.close();
+            await fresh.drop();
+          }
+        }
+      }
+      const medians = results.map((all) => [...all].sort((a, b) => a.opsPerSecond - b.opsPerSecond)[Math.floor(all.length / 2)]!);
+      const ceiling = medians[0]!;
+      for (const [index, layer] of layers.entries()) {
+        const m = medians[index]!;
+        rows.push([`${layer.label}, c=${concurrency}`, m.opsPerSecond, m.p50Ms, m.p99Ms, (m.opsPerSecond / ceiling.opsPerSecond).toFixed(2)]);
+      }
+    }
+    printTable(
+      `Where a 3-step run's time goes (${options.ops} runs per measurement; median of ${repetitions}, layers taken in turns, each on a fresh database)`,
+      ['layer', 'runs/s', 'p50 ms', 'p99 ms', 'vs ceiling'],
+      rows,
+    );
+  } finally {
+    await database.close();
+  }
+}
