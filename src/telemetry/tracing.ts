@@ -19,7 +19,9 @@
  *     child of that stored context, so every execution of a run sits in the
  *     trace of the call that started it. The span active where it was
  *     continued (a resume call, the child run that woke it), if any, is
- *     linked;
+ *     linked. A run started outside any span stores its first execution's
+ *     own context instead, with that execution's first commit, so its later
+ *     executions join the first one's trace;
  *   - an effect's job envelope carries the context active where it was
  *     enqueued (the enqueue step's attempt), and its delivery is a child of it.
  */

@@ -32,6 +32,7 @@ import type { RunState } from './run-state.js';
 import { insertStepRowsStatement, type StepRow, type StepRowsFence } from './sql/step-rows.js';
 import type { OutcomeToStore } from '../ledger/types.js';
 import { refreshLeaseStatement } from '../ledger/sql/finish.js';
+import { storeTraceContextStatement } from './sql/trace-context.js';
 import type { AttemptWrite } from './effects/attempts.js';
 import { afterGiveBack, giveBackWith } from '../flow/limit-release.js';
 
@@ -84,6 +85,8 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     const recording = all.length || writes.length || extra.complete;
     giveBack = giveBackWith(state, q, all);
     return [
+      // Before the step rows: a completion among them gives the lease up, which this update requires.
+      ...(state.traceToStore ? [storeTraceContextStatement(q, state.lease, state.traceToStore)] : []),
       ...(giveBack ? [giveBack] : []),
       ...(recording ? [insertStepRowsStatement(q, state.deps.clock, state.lease, all, writes, fence)] : []),
       ...(staleStart && !extra.complete ? [refreshLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
@@ -127,6 +130,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     state.halt(failure);
     throw failure;
   }
+  state.traceToStore = undefined;
   for (const row of committed) state.finished.set(row.name, row);
   state.applyAttempts(written, Date.now() + state.deps.clock.offsetMs);
   await afterGiveBack(state, giveBack);

@@ -583,7 +583,7 @@ export class Engine {
       instrument.runStarted(definition);
       const lease = claim.lease;
       const done = this.#track(lease, () =>
-        this.#execute(lease, definition, parsed.data, { rootKey: root, finished: new Map(), opening }),
+        this.#execute(lease, definition, parsed.data, { rootKey: root, finished: new Map(), opening, storesTrace: request.run?.traceContext === null }),
       );
       return { kind: 'executing', done, resumed: false, fingerprints, rootKey: root };
     }

@@ -29,7 +29,7 @@ import type { KeyRef } from '../ledger/types.js';
 import { Transaction } from '../db/transaction.js';
 import { lockParentStatement, wakeParentStatement } from './waits/sql/child-runs.js';
 import { waitView, type RunWaitView } from './waits/wait.js';
-import { inSpan } from '../telemetry/tracing.js';
+import { activeTraceContext, inSpan } from '../telemetry/tracing.js';
 import { runEnding, runSpan } from '../telemetry/spans.js';
 
 export type Settled =
@@ -60,6 +60,8 @@ export async function executeRun(
     runSpan({ scope, key, workflow: workflow.name, version: workflow.version, attempt: state.trace?.attempt ?? 1, continues: state.trace?.context });
   state.input = input;
   return inSpan<Settled>(span, async () => {
+    // A run stored without a trace context: later executions continue this one's (see RunState.storesTrace).
+    if (state.storesTrace) state.traceToStore = activeTraceContext() ?? undefined;
     try {
       return await execute(state, workflow, input, extensions);
     } finally {

@@ -60,6 +60,12 @@ export interface RunStateOptions {
   attempts?: Map<string, AttemptRecord[]>;
   /** A loaded run's trace, which this execution's span continues; absent for a new run (its span's parent is the active one). */
   trace?: RunTrace;
+  /**
+   * The run's row stores no trace context (a new run started outside any
+   * span): this execution stores its own span's, so that later executions
+   * join its trace. Default: true for a loaded run whose trace has no context.
+   */
+  storesTrace?: boolean;
 }
 
 export class RunState {
@@ -74,6 +80,13 @@ export class RunState {
   readonly parentRun: string | null;
   /** The loaded run's trace (see RunStateOptions.trace). */
   readonly trace: RunTrace | undefined;
+  /**
+   * This execution's trace context, to be stored with the run by its next
+   * commit (see RunStateOptions.storesTrace); undefined once stored, or when
+   * there is none to store.
+   */
+  traceToStore: string | undefined;
+  readonly storesTrace: boolean;
   /** The wait this execution parked the run in. */
   #parked: RunWait | undefined;
   /** Records (ctx.now, ctx.uuid) that go out with the next commit. */
@@ -131,6 +144,7 @@ export class RunState {
     this.wait = options.wait;
     this.parentRun = options.parentRun ?? null;
     this.trace = options.trace;
+    this.storesTrace = options.storesTrace ?? (options.trace !== undefined && options.trace.context === null);
     this.attempts = options.attempts ?? new Map();
     this.#nextSeq = 1 + Math.max(0, ...[...options.finished.values()].map((step) => step.seq ?? 0));
     this.#aliveUntil = Date.now() + deps.leaseMs;

@@ -5,8 +5,9 @@
  * after its first process stopped continues the trace stored with it; a
  * child run sits under the parent's step that started it, and the parent's
  * wake links the child that ended; each wait step's turn (the park, the
- * finding) is a span; and, before any SDK is registered, no span and no
- * trace context anywhere.
+ * finding) is a span; a run started outside any span stays in its first
+ * execution's trace, and a stored context is never replaced; and, before any
+ * SDK is registered, no span and no trace context anywhere.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -409,6 +410,75 @@ describe('with the SDK registered', () => {
         runs[2]!.spanContext().spanId,
       ]);
       for (const span of [...runs, approvalParked!, napFound!]) expect(span.spanContext().traceId).toBe(caller.spanContext().traceId);
+    } finally {
+      await engine.shutdown();
+    }
+  }, 120_000);
+
+  it("keeps a run started outside any span in one trace: its first execution's, which the later ones continue", async () => {
+    const engine = testEngine(db(), [waiter]);
+    try {
+      exporter.reset();
+      const ref = { scope: 'waits', key: uniqueKey('untraced-start') };
+      expect(trace.getActiveSpan()).toBeUndefined();
+      await engine.start(waiter, ref, {});
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+      // The event is sent, and the timer swept, outside any span too.
+      expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+      engine.clock.advance(3_600_000);
+      await engine.sweep();
+      await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
+      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+
+      const [first, ...later] = byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter');
+      // The first execution is a trace's root; its context is what the run's row stores.
+      expect(first!.parentSpanContext).toBeUndefined();
+      const { traceId, spanId } = first!.spanContext();
+      expect(await storedContext(ref.scope, ref.key)).toBe(`00-${traceId}-${spanId}-01`);
+      for (const execution of later) {
+        expect(execution.spanContext().traceId).toBe(traceId);
+        expect(parentOf(execution)).toBe(spanId);
+        expect(execution.attributes['stepkey.continued']).toBe(true);
+      }
+    } finally {
+      await engine.shutdown();
+    }
+  }, 120_000);
+
+  it("stores a run's first execution's context in the run's first commit, when engine.run starts it outside any span", async () => {
+    const engine = testEngine(db(), [kid]);
+    try {
+      exporter.reset();
+      const ref = { scope: 'kids', key: uniqueKey('untraced-run') };
+      expect(await engine.run(kid, ref, { n: 1 })).toBe(2);
+      const execution = one(exporter.getFinishedSpans(), 'stepkey.run traced-kid');
+      expect(execution.parentSpanContext).toBeUndefined();
+      expect(await storedContext(ref.scope, ref.key)).toBe(`00-${execution.spanContext().traceId}-${execution.spanContext().spanId}-01`);
+    } finally {
+      await engine.shutdown();
+    }
+  });
+
+  it('never moves a run to another trace: a stored context stays the one its start stored', async () => {
+    const engine = testEngine(db(), [waiter]);
+    try {
+      exporter.reset();
+      const ref = { scope: 'waits', key: uniqueKey('traced-start') };
+      const caller = tracer().startSpan('caller');
+      await context.with(trace.setSpan(context.active(), caller), () => engine.start(waiter, ref, {}));
+      caller.end();
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+      const stored = `00-${caller.spanContext().traceId}-${caller.spanContext().spanId}-01`;
+      expect(await storedContext(ref.scope, ref.key)).toBe(stored);
+      // Continued from inside another span: linked, still the caller's trace, and the row unchanged.
+      const other = tracer().startSpan('other');
+      await context.with(trace.setSpan(context.active(), other), () => engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' }));
+      other.end();
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+      expect(await storedContext(ref.scope, ref.key)).toBe(stored);
+      const runs = byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter');
+      expect(runs.map((span) => span.spanContext().traceId)).toEqual([caller.spanContext().traceId, caller.spanContext().traceId]);
     } finally {
       await engine.shutdown();
     }
