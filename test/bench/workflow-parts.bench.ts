@@ -5,7 +5,8 @@
  *
  *   plain SQL          the run's record written by hand: the run row, three
  *                      business rows, three step rows, the completion, in the
- *                      engine's three transactions and its round trips, as
+ *                      engine's three transactions (BEGIN and COMMIT sent
+ *                      with their neighbours, as the engine sends them), as
  *                      plain INSERT/UPDATE statements on raw postgres.js
  *                      connections — what the record costs with no engine
  *   plain SQL, narrow  the same, the step rows in a narrow table of their own
@@ -22,38 +23,22 @@
  * The gaps between neighbouring rows are the costs of one layer each.
  */
 import { randomUUID } from 'node:crypto';
-import { z } from 'zod';
 import { connect, type Database, type Sql } from '../../src/db/connect.js';
 import { systemClock } from '../../src/db/clock.js';
 import { Transaction } from '../../src/db/transaction.js';
 import { childKey, newRootKey } from '../../src/keys/derive.js';
 import { insertClaimRow, probeRow } from '../../src/ledger/sql/claim.js';
-import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { createEngine } from '../../src/workflow/engine.js';
 import { insertStepRowsStatement, type StepRow } from '../../src/workflow/sql/step-rows.js';
 import { benchDatabase, measure, printTable, type Measurement } from './harness.js';
-
-const threeSteps = defineWorkflow({
-  name: 'bench-three',
-  version: 1,
-  input: z.object({ n: z.number() }),
-  steps: { a: step('a.v1'), b: step('b.v1'), c: step('c.v1') },
-  async run({ input, steps }) {
-    for (const handle of [steps.a, steps.b, steps.c]) {
-      await handle.tx(async (_db, { sql }) => {
-        await sql`insert into bench_rows (n) values (${input.n})`;
-      });
-    }
-    return input.n;
-  },
-});
+import { threeSteps } from './workflow.bench.js';
 
 type Op = (i: number) => Promise<unknown>;
 const scope = 'bench';
 const leaseMs = 30_000;
 const stepTimeoutMs = 30_000;
 
-/** The run's record in plain statements, in the engine's transactions and round trips. */
+/** The run's record in plain statements, in the engine's three transactions. */
 function plainSql(sql: Sql, narrow: boolean): Op {
   const stepRow = (tx: Sql, run: string, root: string, name: string, seq: number) =>
     narrow

@@ -68,7 +68,8 @@ async function indexCost(
   );
 }
 
-const threeSteps = defineWorkflow({
+/** The 3-step workflow: three tx steps, one business row each (workflow-parts.bench.ts takes it apart). */
+export const threeSteps = defineWorkflow({
   name: 'bench-three',
   version: 1,
   input: z.object({ n: z.number() }),
