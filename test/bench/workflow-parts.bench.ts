@@ -16,8 +16,10 @@
  *                      with their fences, completion), built by its builders,
  *                      on raw postgres.js connections
  *   engine SQL, tx     the same through stepkey's Transaction (pipelined
- *                      BEGIN and COMMIT, SET LOCAL statement_timeout, the
- *                      connection tracking)
+ *                      BEGIN and COMMIT, SET LOCAL statement_timeout in the
+ *                      second and third, the connection tracking; the first
+ *                      step's savepoint, which carries the run's start, is
+ *                      left to the engine row)
  *   engine             engine.run of the 3-step workflow
  *
  * The gaps between neighbouring rows are the costs of one layer each.

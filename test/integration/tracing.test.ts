@@ -207,6 +207,20 @@ describe('with the SDK registered', () => {
     return found[0]!;
   };
   const parentOf = (span: ReadableSpan) => span.parentSpanContext?.spanId;
+  /**
+   * Takes a started `waiter` run through its three executions: parked on the
+   * event, the event sent (it parks on the timer), the timer swept; until the
+   * run has completed and its three execution spans have ended.
+   */
+  const driveWaiter = async (engine: ReturnType<typeof testEngine>, ref: { scope: string; key: string }) => {
+    await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+    expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
+    await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+    engine.clock.advance(3_600_000);
+    await engine.sweep();
+    await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
+    await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+  };
 
   it('follows a tRPC call through its run, its step attempts and the email enqueue to the delivery, in one trace', async () => {
     expect(tracingEnabled()).toBe(true);
@@ -373,13 +387,7 @@ describe('with the SDK registered', () => {
       const caller = tracer().startSpan('caller');
       await context.with(trace.setSpan(context.active(), caller), () => engine.start(waiter, ref, {}));
       caller.end();
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
-      expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
-      engine.clock.advance(3_600_000);
-      await engine.sweep();
-      await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
-      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+      await driveWaiter(engine, ref);
 
       const spans = exporter.getFinishedSpans();
       const info = (await engine.get(ref))!;
@@ -422,14 +430,8 @@ describe('with the SDK registered', () => {
       const ref = { scope: 'waits', key: uniqueKey('untraced-start') };
       expect(trace.getActiveSpan()).toBeUndefined();
       await engine.start(waiter, ref, {});
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
       // The event is sent, and the timer swept, outside any span too.
-      expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
-      engine.clock.advance(3_600_000);
-      await engine.sweep();
-      await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
-      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+      await driveWaiter(engine, ref);
 
       const [first, ...later] = byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter');
       // The first execution is a trace's root; its context is what the run's row stores.
