@@ -42,7 +42,8 @@
  * callers take it as no more than that (the run is gone).
  */
 import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
+import type { Clock } from '../../db/clock.js';
+import { type SqlText, StatementText } from '../../db/statement-text.js';
 import type { ClaimRequest, LedgerKind } from '../types.js';
 
 export type ClaimState =
@@ -86,14 +87,15 @@ export async function claimRow(
   leaseMs: number,
   mode: 'insert' | 'lock',
 ): Promise<ClaimRow | undefined> {
-  const now = sqlNow(q, clock);
   const insert = mode === 'insert';
   const locking = insert
     ? undefined
     : q<{ held: boolean }[]>`
         select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held`.execute();
   locking?.catch(() => {});
-  const rows = await q<ClaimRow[]>`
+  const b = new StatementText();
+  const now = b.now(clock);
+  b.sql`
     with existing as (
       select l.expires_at, l.fingerprint, l.status, l.locked_until, l.attempts, l.outcome,
              l.outcome_ok, l.outcome_code, l.kind, l.name, l.root_key, l.version,
@@ -104,8 +106,9 @@ export async function claimRow(
       select case when exists (select 1 from existing) then null
                   else pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
              end as held
-    ), inserted as (
-      ${insertRow(q, now, request, token, leaseMs)}
+    ), inserted as (`;
+  insertRow(b, now, request, token, leaseMs);
+  b.sql`
         from lock
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
@@ -122,18 +125,19 @@ export async function claimRow(
            null, null, null, null, null, null, null
       from lock
      where lock.held is not null and not (lock.held and ${insert}::boolean)
-    union all
-    ${existingRow(q, now, request)}
+    union all`;
+  existingRow(b, now, request);
+  b.sql`
       from existing l`;
-  const row = rows[0];
+  const [row] = await b.query<ClaimRow[]>(q);
   // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
   if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
   return row;
 }
 
 /** The columns and values of a claim's in-progress row (for `insert into stepkey.ledger … from …`). */
-function insertRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: ClaimRequest, token: string, leaseMs: number) {
-  return q`
+function insertRow(b: StatementText, now: SqlText, request: ClaimRequest, token: string, leaseMs: number): void {
+  b.sql`
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
          lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow)
@@ -145,8 +149,8 @@ function insertRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: ClaimR
 }
 
 /** What an existing row `l` answers the request: a ClaimRow's columns, in order. */
-function existingRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: ClaimRequest) {
-  return q`
+function existingRow(b: StatementText, now: SqlText, request: ClaimRequest): void {
+  b.sql`
     select case
              -- A child run whose parent is unfinished is kept past its expiry (the parent reads it).
              when l.expires_at is not null and l.expires_at <= ${now}
@@ -176,11 +180,12 @@ function existingRow(q: Queryable, now: ReturnType<typeof sqlNow>, request: Clai
  * claim, which decides under its own snapshot and lock.
  */
 export async function probeRow(q: Queryable, clock: Clock, request: ClaimRequest): Promise<ClaimRow | undefined> {
-  const now = sqlNow(q, clock);
-  const [row] = await q<ClaimRow[]>`
-    ${existingRow(q, now, request)}
+  const b = new StatementText();
+  existingRow(b, b.now(clock), request);
+  b.sql`
       from stepkey.ledger l
      where l.scope = ${request.scope} and l.key = ${request.key}`;
+  const [row] = await b.query<ClaimRow[]>(q);
   return row;
 }
 
@@ -199,11 +204,12 @@ export async function insertClaimRow(
   token: string,
   leaseMs: number,
 ): Promise<{ attempts: number } | undefined> {
-  const now = sqlNow(q, clock);
-  const [row] = await q<{ attempts: number }[]>`
-    ${insertRow(q, now, request, token, leaseMs)}
+  const b = new StatementText();
+  insertRow(b, b.now(clock), request, token, leaseMs);
+  b.sql`
      where pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
     on conflict (scope, key) do nothing
     returning attempts`;
+  const [row] = await b.query<{ attempts: number }[]>(q);
   return row;
 }

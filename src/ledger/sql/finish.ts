@@ -13,6 +13,7 @@
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
+import { StatementText } from '../../db/statement-text.js';
 import type { ClaimRequest, Lease, OutcomeToStore } from '../types.js';
 
 /**
@@ -27,26 +28,30 @@ export function completeStatement(
   retentionMs: number,
   status: 'completed' | 'cancelled' = 'completed',
 ) {
-  return q`
-    with completed as (${completeUpdate(q, clock, lease, outcome, retentionMs, status)})
+  const b = new StatementText();
+  b.sql`
+    with completed as (`;
+  completeUpdate(b, clock, lease, outcome, retentionMs, status);
+  b.sql`)
     select stepkey.lease_held(count(*)) from completed`;
+  return b.query(q);
 }
 
 /**
  * The fenced UPDATE that stores the outcome, returning one row when it
- * wrote: for completeStatement, and for statements that end a run together
- * with its last steps (workflow/sql/step-rows.ts).
+ * wrote, appended to `b`: for completeStatement, and for statements that end
+ * a run together with its last steps (workflow/sql/step-rows.ts).
  */
 export function completeUpdate(
-  q: Queryable,
+  b: StatementText,
   clock: Clock,
   lease: Lease,
   outcome: OutcomeToStore,
   retentionMs: number,
   status: 'completed' | 'cancelled' = 'completed',
-) {
-  const now = sqlNow(q, clock);
-  return q`
+): void {
+  const now = b.now(clock);
+  b.sql`
       update stepkey.ledger
          set status = ${status},
              outcome = ${outcome.body},

@@ -29,9 +29,14 @@
  * only to an attempt started under this very lease token and not ended yet —
  * an attempt started by a holder whose lease is gone keeps no end, so it
  * stays unknown.
+ *
+ * Sent with every step, the statement is built as one text (db/statement-text.ts)
+ * rather than from nested fragments: a third of the time it took to build.
  */
+import type postgres from 'postgres';
 import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
+import type { Clock } from '../../db/clock.js';
+import { SqlText, StatementText } from '../../db/statement-text.js';
 import type { Lease, OutcomeToStore } from '../../ledger/types.js';
 import type { AttemptWrite } from '../effects/attempts.js';
 import { completeUpdate } from '../../ledger/sql/finish.js';
@@ -61,43 +66,46 @@ export function insertStepRowsStatement(
   rows: readonly StepRow[],
   attempts: readonly AttemptWrite[] = [],
   fencedBy: StepRowsFence = { kind: 'share' },
-) {
-  const now = sqlNow(q, clock);
+): postgres.PendingQuery<postgres.Row[]> {
+  const b = new StatementText();
+  b.sql`with `;
+  fence(b, clock, run, fencedBy);
   const starts = attempts.filter((a) => a.write === 'start' || a.write === 'once');
   const ends = attempts.filter((a) => a.write === 'end');
   const resolutions = attempts.filter((a) => a.write === 'resolve');
-  // An attempt's start is the moment its record is written (the wall clock, not the transaction's start).
-  const startedAt = q`(clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
-  const started = starts.length
-    ? q`, started as (
+  if (starts.length) {
+    // An attempt's start is the moment its record is written (the wall clock, not the transaction's start).
+    const startedAt = new SqlText(`(clock_timestamp() + ${b.param(clock.offsetMs)}::float8 * interval '1 millisecond')`);
+    b.sql`, started as (
       insert into stepkey.step_attempts (scope, run_key, step, attempt, kind, lease_token, started_at, ended_at, outcome)
       select ${run.scope}, ${run.key}, s.step, s.attempt, s.kind, ${run.token}::uuid, ${startedAt},
              case when s.write = 'once' then ${startedAt} end, case when s.write = 'once' then 'ok' end
         from fence, json_to_recordset(${JSON.stringify(starts)}::json) as s(write text, step text, attempt int, kind text)
        where fence.held
-      returning 1)`
-    : q``;
-  const ended = ends.length
-    ? q`, ended as (
+      returning 1)`;
+  }
+  if (ends.length) {
+    b.sql`, ended as (
       update stepkey.step_attempts a
          set ended_at = a.started_at + e."durationMs" * interval '1 millisecond', outcome = e.outcome, error = e.error
         from fence, json_to_recordset(${JSON.stringify(ends)}::json)
              as e(step text, attempt int, outcome text, error text, "durationMs" float8)
        where fence.held and a.scope = ${run.scope} and a.run_key = ${run.key} and a.step = e.step
          and a.attempt = e.attempt and a.lease_token = ${run.token}::uuid and a.ended_at is null
-      returning 1)`
-    : q``;
-  const resolved = resolutions.length
-    ? q`, resolved as (
+      returning 1)`;
+  }
+  if (resolutions.length) {
+    b.sql`, resolved as (
       update stepkey.step_attempts a
-         set resolution = r.resolution, resolved_output = r.output, resolved_at = ${now}
+         set resolution = r.resolution, resolved_output = r.output, resolved_at = ${b.now(clock)}
         from fence, json_to_recordset(${JSON.stringify(resolutions)}::json) as r(step text, attempt int, resolution text, output text)
        where fence.held and a.scope = ${run.scope} and a.run_key = ${run.key} and a.step = r.step
          and a.attempt = r.attempt and a.resolution is null
-      returning 1)`
-    : q``;
-  const steps = rows.length
-    ? q`, steps as (
+      returning 1)`;
+  }
+  if (rows.length) {
+    const now = b.now(clock);
+    b.sql`, steps as (
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq,
          created_at, updated_at, completed_at)
@@ -106,29 +114,34 @@ export function insertStepRowsStatement(
         from fence,
              json_to_recordset(${JSON.stringify(rows)}::json) as s(key text, name text, body text, ok boolean, attempts int, seq int)
        where fence.held
-      returning 1)`
-    : q``;
-  return q`
-    with ${fence(q, clock, run, fencedBy)}${started}${ended}${resolved}${steps}
+      returning 1)`;
+  }
+  b.sql`
     select held from fence`;
+  return b.query(q);
 }
 
-function fence(q: Queryable, clock: Clock, run: Lease, fencedBy: StepRowsFence) {
+function fence(b: StatementText, clock: Clock, run: Lease, fencedBy: StepRowsFence): void {
   switch (fencedBy.kind) {
     case 'ownStart':
-      return q`fence as (select true as held)`;
+      b.sql`fence as (select true as held)`;
+      return;
     case 'complete':
-      return q`completed as (${completeUpdate(q, clock, run, fencedBy.outcome, fencedBy.retentionMs)}
+      b.sql`completed as (`;
+      completeUpdate(b, clock, run, fencedBy.outcome, fencedBy.retentionMs);
+      b.sql`
     ), fence as (
       select stepkey.lease_held(count(*)) as held from completed
     )`;
+      return;
     case 'share':
-      return q`fence as (
+      b.sql`fence as (
       select stepkey.lease_held(count(*)) as held
         from (select 1 from stepkey.ledger
                where scope = ${run.scope} and key = ${run.key}
                  and lease_token = ${run.token}::uuid and status = 'in_progress'
                  for share) as run
     )`;
+      return;
   }
 }
