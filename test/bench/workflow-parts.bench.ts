@@ -17,9 +17,10 @@
  *                      on raw postgres.js connections
  *   engine SQL, tx     the same through stepkey's Transaction (pipelined
  *                      BEGIN and COMMIT, SET LOCAL statement_timeout in the
- *                      second and third, the connection tracking; the first
- *                      step's savepoint, which carries the run's start, is
- *                      left to the engine row)
+ *                      second and third, the connection tracking)
+ *   engine SQL, tx +   the same with the first step's savepoint and SET
+ *     savepoint        LOCAL, which the engine sends after the run's claim
+ *                      in the first transaction
  *   engine             engine.run of the 3-step workflow
  *
  * The gaps between neighbouring rows are the costs of one layer each.
@@ -27,7 +28,7 @@
 import { randomUUID } from 'node:crypto';
 import { connect, type Database, type Sql } from '../../src/db/connect.js';
 import { systemClock } from '../../src/db/clock.js';
-import { Transaction } from '../../src/db/transaction.js';
+import { statementTimeout, Transaction } from '../../src/db/transaction.js';
 import { childKey, newRootKey } from '../../src/keys/derive.js';
 import { insertClaimRow, probeRow } from '../../src/ledger/sql/claim.js';
 import { createEngine } from '../../src/workflow/engine.js';
@@ -89,7 +90,7 @@ function plainSql(sql: Sql, narrow: boolean): Op {
 }
 
 /** The engine's statements, from its own builders, on raw connections or through its Transaction. */
-function engineSql(sql: Sql, throughTransaction: boolean): Op {
+function engineSql(sql: Sql, throughTransaction: boolean, startSavepoint = false): Op {
   const clock = systemClock;
   const row = (root: string, name: string, seq: number): StepRow[] => [{ key: childKey(root, name), name, ok: true, body: 'null', attempts: 1, seq }];
   const begin = async (first: boolean) => {
@@ -123,6 +124,8 @@ function engineSql(sql: Sql, throughTransaction: boolean): Op {
     await probeRow(sql, clock, request);
     let tx = await begin(true);
     await insertClaimRow(tx.q, clock, request, lease.token, leaseMs);
+    // The first step's savepoint and SET LOCAL, pipelined after the claim as the engine sends them.
+    if (startSavepoint) void tx.q.unsafe(`savepoint stepkey_start; ${statementTimeout(stepTimeoutMs)}`).execute();
     await tx.q`insert into bench_rows (n) values (${i})`;
     await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'a', 0), [], { kind: 'ownStart' }));
     tx = await begin(false);
@@ -146,6 +149,7 @@ const layers: { label: string; op: (db: Database, engine: ReturnType<typeof crea
   { label: 'the same, step rows in a narrow table (what-if)', op: (db) => plainSql(db.sql, true) },
   { label: "the engine's statements, raw connections", op: (db) => engineSql(db.sql, false) },
   { label: "the engine's statements through its Transaction", op: (db) => engineSql(db.sql, true) },
+  { label: "the same, the start's savepoint in the first", op: (db) => engineSql(db.sql, true, true) },
   { label: '3-step workflow (engine.run)', op: (_db, engine) => (i) => engine.run(threeSteps, { scope, key: `w-${i}` }, { n: i }) },
 ];
 
