@@ -16,12 +16,12 @@
  * and keeps its keys. Rows written before roots were stored were derived
  * without an identity (`rootKey(scope, key)`), and keep that root.
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { hash, randomUUID } from 'node:crypto';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope, assertValidStepName } from './validate.js';
 
 function sha256hex(text: string): string {
-  return createHash('sha256').update(text, 'utf8').digest('hex');
+  return hash('sha256', text, 'hex');
 }
 
 function lengthPrefixed(text: string): string {

@@ -15,7 +15,7 @@
  *                 (defaults applied). Rows stored before v2 keep it, and a
  *                 claim that meets one compares the request's v1 fingerprint.
  */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import { canonicalJson, type CanonicalOptions } from './canonical-json.js';
 
 export type FingerprintOptions = CanonicalOptions;
@@ -24,7 +24,7 @@ export const FINGERPRINT_VERSION_PREFIX = 'v2:';
 
 /** sha256 hex of the canonical JSON of a value, minus its volatile fields. */
 export function fingerprint(value: unknown, options: FingerprintOptions = {}): string {
-  return createHash('sha256').update(canonicalJson(value, options), 'utf8').digest('hex');
+  return hash('sha256', canonicalJson(value, options), 'hex');
 }
 
 function purposeHash(purpose: string, input: unknown, options: FingerprintOptions): string {
