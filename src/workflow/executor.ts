@@ -204,7 +204,9 @@ function context(state: RunState, workflow: Workflow): RunContext {
     rootKey: state.rootKey,
     workflow: workflow.name,
     version: workflow.version,
-    signal: state.signal,
+    get signal() {
+      return state.signal;
+    },
     now: (label = 'now') => new Date(record('$now', label, () => new Date().toISOString())),
     uuid: (label = 'uuid') => record('$uuid', label, () => crypto.randomUUID()),
   });

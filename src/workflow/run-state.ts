@@ -120,7 +120,8 @@ export class RunState {
   /** The step holding a limit slot, given back in the commit that records it (src/flow/limit-release.ts). */
   limitHold: { step: string } | undefined;
   readonly #used = new Set<string>();
-  readonly #controller = new AbortController();
+  /** Made when something first listens (most runs never read their signal). */
+  #controller: AbortController | undefined;
   #stopReason: StopReason | undefined;
   #halted: { error: unknown } | undefined;
   /** Steps of one run execute one at a time, in the order they were called. */
@@ -242,6 +243,10 @@ export class RunState {
   }
 
   get signal(): AbortSignal {
+    if (!this.#controller) {
+      this.#controller = new AbortController();
+      if (this.#stopReason) this.#controller.abort(new RunStopped(this.#stopReason));
+    }
     return this.#controller.signal;
   }
 
@@ -253,7 +258,7 @@ export class RunState {
   stop(reason: StopReason): void {
     if (this.#stopReason) return;
     this.#stopReason = reason;
-    this.#controller.abort(new RunStopped(reason));
+    this.#controller?.abort(new RunStopped(reason));
   }
 
   /**

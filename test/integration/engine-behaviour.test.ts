@@ -283,6 +283,41 @@ describe('retries, timeouts and cancel', () => {
     expect(await engine.attempt(slow, ref, {})).toMatchObject({ state: 'cancelled' });
     await engine.shutdown();
   });
+
+  it("aborts ctx.signal when the run is cancelled, whether it was read before the cancel or first read after it", async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const seen: { early?: AbortSignal; late?: AbortSignal } = {};
+    const watched = defineWorkflow({
+      name: 'watched',
+      version: 1,
+      input: z.object({ early: z.boolean() }),
+      steps: { first: step('first.v1') },
+      async run({ input, steps, ctx }) {
+        if (input.early) seen.early = ctx.signal;
+        await steps.first.tx(async () => {
+          await gate;
+          if (!input.early) seen.late = ctx.signal;
+        });
+        return 'finished';
+      },
+    });
+    const engine = testEngine(db(), [watched]);
+    const early = { scope: 'acme', key: uniqueKey('signal-early') };
+    const late = { scope: 'acme', key: uniqueKey('signal-late') };
+    const handles = [await engine.start(watched, early, { early: true }), await engine.start(watched, late, { early: false })];
+    await sleep(100);
+    expect(seen.early?.aborted).toBe(false);
+    expect(await engine.cancel(early)).toBe(true);
+    expect(await engine.cancel(late)).toBe(true);
+    release();
+    for (const handle of handles) await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
+    for (const signal of [seen.early, seen.late]) {
+      expect(signal?.aborted).toBe(true);
+      expect(signal?.reason).toMatchObject({ name: 'RunStopped' });
+    }
+    await engine.shutdown();
+  });
 });
 
 describe('determinism and repeated steps', () => {
