@@ -124,6 +124,8 @@ export class Transaction {
   /** postgres.js's connection, and the reservation it carried when BEGIN was sent on it (see #ours). */
   #internal: PooledConnection | undefined;
   #reservation: unknown;
+  /** The last executor wrapped by #checked, and its wrapper. */
+  #executor: { raw: NonNullable<TrackedQuery['handler']>; checked: NonNullable<TrackedQuery['handler']> } | undefined;
 
   private constructor(connection: postgres.ReservedSql) {
     this.#connection = connection;
@@ -264,20 +266,7 @@ export class Transaction {
     const { resolve, reject, handler } = candidate;
     // A query is sent when it is executed, which may come after the connection closed or went back
     // to the pool (a query built earlier and awaited later): refused then, never written to it.
-    if (typeof handler === 'function') {
-      const checked = Object.assign(
-        (running: TrackedQuery) => {
-          this.#checkOurs();
-          if (this.#dead) return running.reject(connectionClosed());
-          if (this.#released) {
-            return running.reject(new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.'));
-          }
-          return handler(running);
-        },
-        { debug: handler.debug },
-      );
-      candidate.handler = checked;
-    }
+    if (typeof handler === 'function') candidate.handler = this.#checked(handler);
     candidate.resolve = (value) => {
       this.#inFlight.delete(candidate);
       return resolve(value);
@@ -291,6 +280,27 @@ export class Transaction {
     };
     this.#inFlight.add(candidate);
     return query;
+  }
+
+  /**
+   * postgres.js's executor wrapped so that it refuses to send once the connection is gone or the
+   * transaction has ended. All queries of one reservation share one executor, and so one wrapper.
+   */
+  #checked(handler: NonNullable<TrackedQuery['handler']>): NonNullable<TrackedQuery['handler']> {
+    if (this.#executor?.raw === handler) return this.#executor.checked;
+    const checked = Object.assign(
+      (running: TrackedQuery) => {
+        this.#checkOurs();
+        if (this.#dead) return running.reject(connectionClosed());
+        if (this.#released) {
+          return running.reject(new StepkeyError('database_error', 'This transaction has ended; its handle can no longer run queries.'));
+        }
+        return handler(running);
+      },
+      { debug: handler.debug },
+    );
+    this.#executor = { raw: handler, checked };
+    return checked;
   }
 
   #ensureOpen(): void {
