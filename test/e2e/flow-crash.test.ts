@@ -61,6 +61,16 @@ describe('three workers, one SIGKILLed', () => {
     const [{ killed_us: killedUs } = { killed_us: 0 }] = await db().sql<{ killed_us: number }[]>`
       select (extract(epoch from clock_timestamp()) * 1e6)::float8 as killed_us`;
     await victim.exited;
+    // A COMMIT already on the wire when the process died still lands: the runs it left unfinished
+    // are known only once its backends are gone.
+    await expect
+      .poll(
+        async () =>
+          (await db().sql<{ n: number }[]>`
+            select count(*)::int as n from pg_stat_activity where application_name = ${`flow-worker-${victim.pid}`}`)[0]!.n,
+        { timeout: 30_000, interval: 20 },
+      )
+      .toBe(0);
     const orphans = await db().sql<{ run: string }[]>`
       select b.run from flow_e2e b
        where b.step = 'begin' and b.pid = ${victim.pid}

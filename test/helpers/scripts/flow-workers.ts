@@ -39,7 +39,8 @@ export const queued = defineWorkflow({
 
 async function main(): Promise<void> {
   const [mode, url, prefix, n] = process.argv.slice(2) as [string, string, string?, string?];
-  const database = connect(url, { max: 6 });
+  // Named by process, so that a test can tell when a killed worker's backends are gone.
+  const database = connect(url, { max: 6, applicationName: `flow-worker-${process.pid}` });
   const engine = createEngine({ database, workflows: [queued], queues: [tenants], maxConcurrentRuns: 4, onError: () => {} });
   if (mode === 'enqueue') {
     for (let i = 0; i < Number(n); i += 1) {
