@@ -57,8 +57,13 @@ export class StatementText {
     return new SqlText(offset === 0 ? 'now()' : `(now() + ${this.param(offset)}::float8 * interval '1 millisecond')`);
   }
 
-  /** The statement, unexecuted (postgres.js queries are lazy), prepared like a tagged one. */
+  /**
+   * The statement, unexecuted (postgres.js queries are lazy), prepared like a tagged one — even
+   * with no parameters, where postgres.js would otherwise send it as a simple query. The builder
+   * is finished then: its parameters are read when the query is sent.
+   */
   query<T extends object[] = postgres.Row[]>(q: Queryable): postgres.PendingQuery<T> {
-    return q.unsafe<T>(this.#text, this.#params as postgres.ParameterOrJSON<never>[], { prepare: true });
+    const options = { prepare: true, simple: false } as postgres.UnsafeQueryOptions;
+    return q.unsafe<T>(this.#text, this.#params as postgres.ParameterOrJSON<never>[], options);
   }
 }
