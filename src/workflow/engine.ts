@@ -667,7 +667,7 @@ export class Engine {
 
   /** Loads a run this process just took over and executes it under its own version. */
   async #resumeOwned(lease: Lease): Promise<Settled> {
-    const loaded = await this.#db('loading a run', () => loadRun(this.sql, lease));
+    const loaded = await this.#db('loading a run', () => loadRun(this.sql, this.clock, lease));
     if (!loaded) {
       throw new StepkeyError('run_not_found', `Run '${lease.key}' in scope '${lease.scope}' has no metadata.`);
     }
@@ -702,6 +702,7 @@ export class Engine {
       finished: loaded.steps,
       attempts: loaded.stepAttempts,
       wait: loaded.wait,
+      loadedAtMs: loaded.loadedAtMs,
       parentRun: loaded.parentRun,
       trace: loaded.trace,
     });
@@ -796,6 +797,7 @@ export class Engine {
           finished: loaded.steps,
           attempts: loaded.stepAttempts,
           wait: loaded.wait,
+          loadedAtMs: loaded.loadedAtMs,
           parentRun: loaded.parentRun,
           trace: loaded.trace,
         });
@@ -820,7 +822,7 @@ export class Engine {
     const deadline = Date.now() + this.leaseMs;
     for (let delay = 100; ; delay = Math.min(delay * 2, 1_000)) {
       try {
-        return await this.#db('reloading a run', () => loadRun(this.sql, lease));
+        return await this.#db('reloading a run', () => loadRun(this.sql, this.clock, lease));
       } catch (error) {
         if (!isUnavailable(error)) throw error;
         if (Date.now() + delay > deadline || this.#closing) return 'unavailable';

@@ -55,6 +55,8 @@ export interface RunStateOptions {
   finished: Map<string, FinishedStep>;
   opening?: Transaction | undefined;
   wait?: RunWait | undefined;
+  /** stepkey's clock (ms) when the run was loaded (see LoadedRun.loadedAtMs). */
+  loadedAtMs?: number | undefined;
   parentRun?: string | null;
   /** Recorded attempts of its outside calls, by step instance name (loaded with the run). */
   attempts?: Map<string, AttemptRecord[]>;
@@ -76,6 +78,8 @@ export class RunState {
   readonly finished: Map<string, FinishedStep>;
   /** The wait this run was parked in when it was loaded (its waiting step reads it). */
   readonly wait: RunWait | undefined;
+  /** stepkey's clock (ms) when the run was loaded; undefined for a run this execution started. */
+  readonly loadedAtMs: number | undefined;
   /** A child run's parent, which its end wakes. */
   readonly parentRun: string | null;
   /** The loaded run's trace (see RunStateOptions.trace). */
@@ -143,6 +147,7 @@ export class RunState {
     this.opening = options.opening;
     this.#start = options.opening;
     this.wait = options.wait;
+    this.loadedAtMs = options.loadedAtMs;
     this.parentRun = options.parentRun ?? null;
     this.trace = options.trace;
     this.storesTrace = options.storesTrace ?? (options.trace !== undefined && options.trace.context === null);

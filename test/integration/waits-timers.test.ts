@@ -74,6 +74,21 @@ const napThenHold = defineWorkflow({
 });
 const napQueue = defineQueue({ name: 'timer-naps', concurrency: 1 });
 
+/** A long sleep, then a tx step that writes a row. */
+const napThenWrite = defineWorkflow({
+  name: 'timer-nap-write',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { rest: step('rest.v1'), write: step('write.v1') },
+  async run({ input, steps }) {
+    await steps.rest.sleep(HOUR);
+    await steps.write.tx(async (_db, { sql }) => {
+      await sql`insert into timer_writes (id) values (${input.id})`;
+    });
+    return 'written';
+  },
+});
+
 const row = async (ref: { scope: string; key: string }) =>
   (
     await db().sql`select status, lease_token, locked_until, expires_at, wait_kind, wait_step,
@@ -194,6 +209,27 @@ describe('sleep', () => {
     expect(JSON.parse(info.steps.find((s) => s.name === 'cooldown.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
     // A replay never waits.
     expect(await engine.attempt(trial, ref, { id: ref.key })).toMatchObject({ state: 'completed', replayed: true });
+    await engine.shutdown();
+  });
+
+  it('records a sleep woken at its time with the run\'s next commit, not in a transaction of its own', async () => {
+    await db().sql`create table timer_writes (id text primary key)`;
+    const engine = testEngine(db(), [napThenWrite]);
+    const ref = { scope: 'acme', key: uniqueKey('nap-write') };
+    expect(await engine.attempt(napThenWrite, ref, { id: ref.key })).toMatchObject({ state: 'waiting' });
+    const wakeAt = (await row(ref)).wake_at as number;
+    engine.clock.advance(HOUR + 1_000);
+    expect(await engine.sweep()).toBe(1);
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    // The sleep's record, the tx step's row and record, and the run's completion: one transaction.
+    const rows = await db().sql<{ name: string | null; xid: string }[]>`
+      select name, xmin::text as xid from stepkey.ledger where scope = ${ref.scope} and (key = ${ref.key} or parent_key = ${ref.key})
+      union all
+      select 'business row', xmin::text from timer_writes where id = ${ref.key}`;
+    expect(rows.map((r) => r.name).sort()).toEqual(['business row', 'rest.v1', 'timer-nap-write', 'write.v1']);
+    expect(new Set(rows.map((r) => r.xid)).size).toBe(1);
+    const info = (await engine.get(ref))!;
+    expect(JSON.parse(info.steps.find((s) => s.name === 'rest.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
     await engine.shutdown();
   });
 

@@ -4,6 +4,7 @@
  * query, however many steps it has.
  */
 import type { Queryable } from '../../db/connect.js';
+import type { Clock } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { AttemptRecord } from '../effects/attempts.js';
 import { waitFromColumns, type RunWait, type WaitColumns } from '../waits/wait.js';
@@ -26,6 +27,8 @@ export interface LoadedRun {
   rootKey: string | null;
   /** The wait it was parked in (or is being woken from), if any. */
   wait: RunWait | undefined;
+  /** stepkey's clock (ms since the epoch) when it was loaded: a wait due by then is over. */
+  loadedAtMs: number;
   /** A child run's parent (its key in the same scope). */
   parentRun: string | null;
   /** What its later executions' spans continue: the stored trace context and the run's attempt. */
@@ -57,9 +60,10 @@ interface Row extends WaitColumns {
   step_attempts: number | null;
   step_seq: number | null;
   attempt_rows: AttemptRecord[] | null;
+  now_ms: number;
 }
 
-export async function loadRun(q: Queryable, ref: KeyRef): Promise<LoadedRun | undefined> {
+export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<LoadedRun | undefined> {
   const rows = await q<Row[]>`
     with recorded as (
       select json_agg(json_build_object(
@@ -74,7 +78,8 @@ export async function loadRun(q: Queryable, ref: KeyRef): Promise<LoadedRun | un
     select r.name as workflow, r.version, r.input, r.attempts, r.last_error, r.root_key, r.parent_run, r.trace_context,
            r.wait_kind, r.wait_step, r.wait_for, (extract(epoch from r.wake_at) * 1000)::float8 as wake_at_ms,
            c.name as step_name, c.outcome as step_outcome, c.outcome_ok as step_ok, c.attempts as step_attempts,
-           c.seq as step_seq, recorded.attempt_rows
+           c.seq as step_seq, recorded.attempt_rows,
+           (extract(epoch from clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond') * 1000)::float8 as now_ms
       from stepkey.ledger r
       cross join recorded
       left join stepkey.ledger c on c.scope = r.scope and c.parent_key = r.key and c.status = 'completed'
@@ -100,6 +105,7 @@ export async function loadRun(q: Queryable, ref: KeyRef): Promise<LoadedRun | un
     lastError: first.last_error,
     rootKey: first.root_key,
     wait: waitFromColumns(first),
+    loadedAtMs: first.now_ms,
     parentRun: first.parent_run,
     trace: { context: first.trace_context, attempt: first.attempts },
     steps,

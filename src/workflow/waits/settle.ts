@@ -7,6 +7,12 @@
  *   record; it is not → the run parks (its wait written, its lease released)
  *   COMMIT
  *
+ * A wait whose outcome what was loaded with the run already settles (a
+ * timer due by the time the run was loaded) takes no lock and commits
+ * nothing of its own: its record joins the run's next commit, as recorded
+ * values do. Until then the run's row keeps the wait, so an execution that
+ * dies first is resumed into the same wait, and settles it the same way.
+ *
  * A run that parks ends its execution here (workflow code unwinds through
  * RunStopped('parked')); it continues when due, in whichever process sweeps
  * or is woken, and the waiting step finds the wait it recorded. A finished
@@ -40,6 +46,9 @@ export interface WaitDecision {
 
 export type Decide = (entered: EnteredStep, q: TxSql, nowMs: number) => Promise<WaitDecision>;
 
+/** The outcome of a wait that needs no lock to decide (see above), or undefined. */
+export type Settled = (entered: EnteredStep) => WaitDecision['finish'];
+
 /**
  * Runs a wait step: `decide` under the run's row lock; `decode` turns a
  * recorded outcome into the step's value. Each turn that reaches the
@@ -51,6 +60,7 @@ export function runWait(
   kind: WaitStepKind,
   decide: Decide,
   decode: (finished: FinishedStep, instance: string) => unknown,
+  settled?: Settled,
 ): Promise<unknown> {
   const { state, declaration } = target;
   return enterStep(
@@ -58,10 +68,20 @@ export function runWait(
     async (entered) => {
       state.throwIfStopped();
       faultPoint('engine.before-step', declaration.name);
+      // Settled by what was loaded: recorded with the run's next commit, not here.
+      let joinsNextCommit = false;
       const span = () => stepSpan({ scope: state.lease.scope, run: state.lease.key, step: entered.instance, kind, key: entered.key, attempt: 1 });
       const decision = await inSpan(
         span,
         async () => {
+          const over = settled?.(entered);
+          if (over) {
+            const row = { key: entered.key, name: entered.instance, ok: over.ok, body: over.body, attempts: 1 };
+            state.pending.push(row);
+            state.finished.set(entered.instance, row);
+            joinsNextCommit = true;
+            return { finish: over };
+          }
           let decided: WaitDecision = {};
           await commitWaiting(state, {}, async (q) => {
             const [lock] = await lockRunStatement(q, state.deps.clock, state.lease);
@@ -81,7 +101,7 @@ export function runWait(
         faultPoint('engine.after-park', declaration.name);
         throw state.park(decision.park);
       }
-      faultPoint('engine.after-step-commit', declaration.name);
+      if (!joinsNextCommit) faultPoint('engine.after-step-commit', declaration.name);
       return decode(state.finished.get(entered.instance)!, entered.instance);
     },
     decode,

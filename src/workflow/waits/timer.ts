@@ -29,15 +29,22 @@ export function sleepUntilStep(target: StepTarget, date: Date, use: StepUse | un
 
 function timer(target: StepTarget, wakeAt: (nowMs: number) => number): Promise<void> {
   const { state } = target;
+  const over = (wakeAtMs: number) => ({ ok: true, body: JSON.stringify({ until: new Date(wakeAtMs).toISOString() }) });
   return runWait(
     target,
     'sleep',
     async ({ instance }, _q, nowMs) => {
       const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs ?? wakeAt(nowMs);
-      if (wakeAtMs <= nowMs) return { finish: { ok: true, body: JSON.stringify({ until: new Date(wakeAtMs).toISOString() }) } };
+      if (wakeAtMs <= nowMs) return { finish: over(wakeAtMs) };
       return { park: { kind: 'timer', step: instance, for: null, wakeAtMs } };
     },
     () => undefined,
+    // Woken at its time: the run was loaded after its wake time, by stepkey's clock.
+    ({ instance }) => {
+      const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs;
+      if (wakeAtMs == null || state.loadedAtMs === undefined || wakeAtMs > state.loadedAtMs) return undefined;
+      return over(wakeAtMs);
+    },
   ) as Promise<void>;
 }
 
