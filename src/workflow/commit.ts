@@ -64,7 +64,8 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   const carriesStart = state.startPending;
   const deferred = state.takeDeferred();
   let transaction = deferred?.transaction ?? state.takeOpening();
-  const rows = [...(deferred?.rows ?? []), ...state.takePending(), ...(extra.rows ?? [])];
+  const pending = state.takePending();
+  const rows = [...(deferred?.rows ?? []), ...pending, ...(extra.rows ?? [])];
   const attempts = [...state.takePendingAttempts(), ...(extra.attempts ?? [])];
   const placed = (list: StepRow[]) => list.map((row) => ({ ...row, seq: row.seq ?? state.seqOf(row.name) }));
   // The start's lease was measured when the claim ran, and no heartbeat covers a row not yet
@@ -113,7 +114,10 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     }
   } catch (error) {
     transaction?.abandon();
-    // Whatever failed here is lost: the run must not go on as if it had committed.
+    // Records with no writes of their own (recorded values, a woken timer's end) wait for the next
+    // commit again: the one that ends this execution (a failed run's) must not lose them.
+    state.pending.unshift(...pending);
+    // Whatever else failed here is lost: the run must not go on as if it had committed.
     if (isLeaseLost(error)) {
       state.stop('lease_lost');
       throw new RunStopped('lease_lost');

@@ -74,6 +74,21 @@ const napThenHold = defineWorkflow({
 });
 const napQueue = defineQueue({ name: 'timer-naps', concurrency: 1 });
 
+/** A long sleep, then a tx step that swallows a failed statement: its transaction is aborted, its commit fails. */
+const napThenAbort = defineWorkflow({
+  name: 'timer-nap-abort',
+  version: 1,
+  input: z.object({}),
+  steps: { rest: step('rest.v1'), broken: step('broken.v1') },
+  async run({ steps }) {
+    await steps.rest.sleep(HOUR);
+    await steps.broken.tx(async (_db, { sql }) => {
+      await sql`select 1 / 0`.catch(() => undefined);
+    });
+    return 'unreachable';
+  },
+});
+
 /** A long sleep, then a tx step that writes a row. */
 const napThenWrite = defineWorkflow({
   name: 'timer-nap-write',
@@ -230,6 +245,21 @@ describe('sleep', () => {
     expect(new Set(rows.map((r) => r.xid)).size).toBe(1);
     const info = (await engine.get(ref))!;
     expect(JSON.parse(info.steps.find((s) => s.name === 'rest.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
+    await engine.shutdown();
+  });
+
+  it('keeps a woken sleep\'s record when the commit it rode fails and the run fails with it', async () => {
+    const engine = testEngine(db(), [napThenAbort]);
+    const ref = { scope: 'acme', key: uniqueKey('nap-abort') };
+    expect(await engine.attempt(napThenAbort, ref, {})).toMatchObject({ state: 'waiting' });
+    const wakeAt = (await row(ref)).wake_at as number;
+    engine.clock.advance(HOUR + 1_000);
+    expect(await engine.sweep()).toBe(1);
+    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('failed');
+    // The sleep is over for good: a resume (after a queue's requeue, say, which forgets the wait) never sleeps again.
+    const info = (await engine.get(ref))!;
+    expect(info.steps.map((s) => s.name)).toEqual(['rest.v1']);
+    expect(JSON.parse(info.steps[0]!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
     await engine.shutdown();
   });
 
