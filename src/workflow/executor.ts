@@ -133,7 +133,14 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
       : serializeError(error);
   if (error instanceof StepAttemptsExhausted) stored.message = error.message;
   try {
-    await commitWaiting(state).catch(() => {});
+    // What is done is kept. Records that could not be kept (they wait for a commit again) keep the
+    // run from failing without them: it stays in progress, for a takeover to record them.
+    let kept: unknown;
+    await commitWaiting(state).catch((error: unknown) => {
+      if (state.pending.length) kept = error;
+    });
+    if (kept instanceof RunStopped) return { state: 'stopped', reason: kept.reason };
+    if (kept !== undefined) throw kept;
     const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
     const [rows] = await failing.commit(
       failStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), state.deps.retentionMs),
