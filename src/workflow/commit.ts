@@ -114,14 +114,15 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     }
   } catch (error) {
     transaction?.abandon();
-    // Records with no writes of their own (recorded values, a woken timer's end) wait for the next
-    // commit again: the one that ends this execution (a failed run's) must not lose them.
-    state.pending.unshift(...pending);
-    // Whatever else failed here is lost: the run must not go on as if it had committed.
+    // Whatever failed here is lost: the run must not go on as if it had committed.
     if (isLeaseLost(error)) {
       state.stop('lease_lost');
       throw new RunStopped('lease_lost');
     }
+    // Records with no writes of their own (recorded values, a woken timer's end) wait for the next
+    // commit again, so that the one that ends this execution (a failed run's) keeps them. Not after
+    // a lost lease: no commit of this execution can write them.
+    state.pending.unshift(...pending);
     if (isUniqueViolation(error) || isConnectionError(error) || isUnavailable(error) || isTransientConflict(error)) {
       // Another holder committed one of these steps first, the connection went, or Postgres
       // chose this transaction as a deadlock's victim: start again from what the ledger holds.

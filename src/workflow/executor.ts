@@ -200,9 +200,7 @@ function context(state: RunState, workflow: Workflow): RunContext {
     state.throwIfStopped();
     state.reach(instance);
     const value = make();
-    const row = { key, name: instance, ok: true, body: JSON.stringify(value), attempts: 1 };
-    state.pending.push(row);
-    state.finished.set(instance, row);
+    state.recordPending({ key, name: instance, ok: true, body: JSON.stringify(value), attempts: 1 });
     return value;
   };
   return Object.freeze({

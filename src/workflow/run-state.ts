@@ -93,7 +93,7 @@ export class RunState {
   readonly storesTrace: boolean;
   /** The wait this execution parked the run in. */
   #parked: RunWait | undefined;
-  /** Records (ctx.now, ctx.uuid) that go out with the next commit. */
+  /** Records with no writes of their own (ctx.now, ctx.uuid, a woken timer's end) that go out with the next commit. */
   pending: StepRow[] = [];
   /**
    * The effect record of this run's outside calls, by step instance name:
@@ -320,7 +320,13 @@ export class RunState {
     return childKey(this.rootKey, instanceName);
   }
 
-  /** Takes the pending records for a commit; they are put back if the commit fails. */
+  /** Records a finished step or value now, to be written by the next commit (see `pending`). */
+  recordPending(row: StepRow): void {
+    this.pending.push(row);
+    this.finished.set(row.name, row);
+  }
+
+  /** Takes the pending records for a commit; they are put back if the commit fails (see commitWaiting). */
   takePending(): StepRow[] {
     const rows = this.pending;
     this.pending = [];

@@ -7,10 +7,9 @@
  *   record; it is not → the run parks (its wait written, its lease released)
  *   COMMIT
  *
- * A wait whose outcome what was loaded with the run already settles (a
- * timer due by the time the run was loaded) takes no lock and commits
- * nothing of its own: its record joins the run's next commit, as recorded
- * values do. Until then the run's row keeps the wait, so an execution that
+ * A wait already settled by what was loaded with the run (a timer due by
+ * the time the run was loaded) takes no lock and commits nothing of its
+ * own: its record joins the run's next commit, as recorded values do. Until then the run's row keeps the wait, so an execution that
  * dies first is resumed into the same wait, and settles it the same way.
  *
  * A run that parks ends its execution here (workflow code unwinds through
@@ -76,9 +75,7 @@ export function runWait(
         async () => {
           const over = settled?.(entered);
           if (over) {
-            const row = { key: entered.key, name: entered.instance, ok: over.ok, body: over.body, attempts: 1 };
-            state.pending.push(row);
-            state.finished.set(entered.instance, row);
+            state.recordPending({ key: entered.key, name: entered.instance, ok: over.ok, body: over.body, attempts: 1 });
             joinsNextCommit = true;
             return { finish: over };
           }
