@@ -12,6 +12,10 @@
  *   plain SQL, narrow  the same, the step rows in a narrow table of their own
  *                      (primary key only): what the ledger's width and
  *                      indexes cost the step rows (a what-if, not a schema)
+ *   plain SQL, bare    the same, the run row too in a narrow table of its own
+ *                      (primary key only, no row check): the least any
+ *                      record of the run and its steps costs in these three
+ *                      transactions (a what-if, not a schema)
  *   engine SQL         the engine's own statements (probe, claim, step rows
  *                      with their fences, completion), built by its builders,
  *                      on raw postgres.js connections
@@ -41,10 +45,14 @@ const scope = 'bench';
 const leaseMs = 30_000;
 const stepTimeoutMs = 30_000;
 
-/** The run's record in plain statements, in the engine's three transactions. */
-function plainSql(sql: Sql, narrow: boolean): Op {
+/**
+ * The run's record in plain statements, in the engine's three transactions: in the ledger, with
+ * the step rows in a narrow table (`narrow`), or with the run row in one too (`bare`).
+ */
+function plainSql(sql: Sql, tables: 'ledger' | 'narrow' | 'bare'): Op {
+  const runs = tables === 'bare' ? 'bench_runs' : 'stepkey.ledger';
   const stepRow = (tx: Sql, run: string, root: string, name: string, seq: number) =>
-    narrow
+    tables !== 'ledger'
       ? tx`insert into bench_steps (scope, run_key, name, outcome, ok, seq) values (${scope}, ${run}, ${name}, 'null', true, ${seq})`
       : tx`insert into stepkey.ledger
              (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq, created_at, updated_at, completed_at)
@@ -53,13 +61,19 @@ function plainSql(sql: Sql, narrow: boolean): Op {
     const key = `w-${i}`;
     const token = randomUUID();
     const root = newRootKey(scope, key);
-    await sql`select status from stepkey.ledger where scope = ${scope} and key = ${key}`;
+    await sql`select status from ${sql(runs)} where scope = ${scope} and key = ${key}`;
     // The run's start rides its first step's transaction.
     let tx = await sql.reserve();
     void tx`begin`.execute();
-    void tx`insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, version, input, root_key, lease_token, locked_until, flow)
-            values (${scope}, ${key}, 'run', 'bench-three', 'fingerprint', 'in_progress', 1, ${JSON.stringify({ n: i })}, ${root},
-                    ${token}::uuid, now() + interval '30 seconds', false)`.execute();
+    void (
+      tables === 'bare'
+        ? tx`insert into bench_runs (scope, key, name, fingerprint, status, version, input, root_key, lease_token, locked_until)
+             values (${scope}, ${key}, 'bench-three', 'fingerprint', 'in_progress', 1, ${JSON.stringify({ n: i })}, ${root},
+                     ${token}::uuid, now() + interval '30 seconds')`
+        : tx`insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, version, input, root_key, lease_token, locked_until, flow)
+             values (${scope}, ${key}, 'run', 'bench-three', 'fingerprint', 'in_progress', 1, ${JSON.stringify({ n: i })}, ${root},
+                     ${token}::uuid, now() + interval '30 seconds', false)`
+    ).execute();
     await tx`insert into bench_rows (n) values (${i})`;
     await Promise.all([stepRow(tx, key, root, 'a', 0), tx`commit`]);
     tx.release();
@@ -68,7 +82,7 @@ function plainSql(sql: Sql, narrow: boolean): Op {
     void tx`begin`.execute();
     await tx`insert into bench_rows (n) values (${i})`;
     await Promise.all([
-      tx`select 1 from stepkey.ledger where scope = ${scope} and key = ${key} and lease_token = ${token}::uuid and status = 'in_progress' for share`,
+      tx`select 1 from ${tx(runs)} where scope = ${scope} and key = ${key} and lease_token = ${token}::uuid and status = 'in_progress' for share`,
       stepRow(tx, key, root, 'b', 1),
       tx`commit`,
     ]);
@@ -78,7 +92,7 @@ function plainSql(sql: Sql, narrow: boolean): Op {
     void tx`begin`.execute();
     await tx`insert into bench_rows (n) values (${i})`;
     await Promise.all([
-      tx`update stepkey.ledger
+      tx`update ${tx(runs)}
             set status = 'completed', outcome = ${String(i)}, outcome_ok = true, lease_token = null, locked_until = null,
                 completed_at = now(), updated_at = now(), expires_at = now() + interval '1 day'
           where scope = ${scope} and key = ${key} and lease_token = ${token}::uuid and status = 'in_progress'`,
@@ -145,8 +159,9 @@ const layers: { label: string; op: (db: Database, engine: ReturnType<typeof crea
       for (let t = 0; t < 4; t += 1) await db.sql.begin((tx) => tx`insert into bench_rows (n) values (${i})`);
     },
   },
-  { label: 'the record in plain SQL', op: (db) => plainSql(db.sql, false) },
-  { label: 'the same, step rows in a narrow table (what-if)', op: (db) => plainSql(db.sql, true) },
+  { label: 'the record in plain SQL', op: (db) => plainSql(db.sql, 'ledger') },
+  { label: 'the same, step rows in a narrow table (what-if)', op: (db) => plainSql(db.sql, 'narrow') },
+  { label: 'the same, the run row in one too (what-if)', op: (db) => plainSql(db.sql, 'bare') },
   { label: "the engine's statements, raw connections", op: (db) => engineSql(db.sql, false) },
   { label: "the engine's statements through its Transaction", op: (db) => engineSql(db.sql, true) },
   { label: "the same, the start's savepoint in the first", op: (db) => engineSql(db.sql, true, true) },
@@ -170,6 +185,11 @@ export async function workflowPartsBench(options: { ops: number; runs: number })
             await db.sql`create table bench_steps (scope text not null, run_key text not null, name text not null,
                            outcome text not null, ok boolean not null, attempts int not null default 1, seq int,
                            completed_at timestamptz not null default now(), primary key (scope, run_key, name))`;
+            await db.sql`create table bench_runs (scope text not null, key text not null, name text not null, fingerprint text not null,
+                           status text not null, version int, input text, root_key text, lease_token uuid, locked_until timestamptz,
+                           outcome text, outcome_ok boolean, attempts int not null default 1, expires_at timestamptz,
+                           created_at timestamptz not null default now(), updated_at timestamptz not null default now(),
+                           completed_at timestamptz, primary key (scope, key))`;
             const op = layer.op(db, engine);
             await measure(200, concurrency, (i) => op(1_000_000 + i));
             results[index]!.push(await measure(options.ops, concurrency, op));
