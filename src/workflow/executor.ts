@@ -135,12 +135,12 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
   try {
     // What is done is kept. Records that could not be kept (they wait for a commit again) keep the
     // run from failing without them: it stays in progress, for a takeover to record them.
-    let kept: unknown;
-    await commitWaiting(state).catch((error: unknown) => {
-      if (state.pending.length) kept = error;
+    let unkept: unknown;
+    await commitWaiting(state).catch((failure: unknown) => {
+      if (state.pending.length) unkept = failure;
     });
-    if (kept instanceof RunStopped) return { state: 'stopped', reason: kept.reason };
-    if (kept !== undefined) throw kept;
+    if (unkept instanceof RunStopped) return { state: 'stopped', reason: unkept.reason };
+    if (unkept !== undefined) throw unkept;
     const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
     const [rows] = await failing.commit(
       failStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), state.deps.retentionMs),

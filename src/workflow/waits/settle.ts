@@ -9,8 +9,9 @@
  *
  * A wait already settled by what was loaded with the run (a timer due by
  * the time the run was loaded) takes no lock and commits nothing of its
- * own: its record joins the run's next commit, as recorded values do. Until then the run's row keeps the wait, so an execution that
- * dies first is resumed into the same wait, and settles it the same way.
+ * own: its record joins the run's next commit, as recorded values do. Until
+ * then the run's row keeps the wait, so an execution that dies first is
+ * resumed into the same wait, and settles it the same way.
  *
  * A run that parks ends its execution here (workflow code unwinds through
  * RunStopped('parked')); it continues when due, in whichever process sweeps
