@@ -63,10 +63,19 @@ export function spawnScript(file: string, options: SpawnOptions = {}): ChildHand
   const exited = new Promise<ChildExit>((resolve) => {
     child.once('exit', (code, signal) => {
       running.delete(handle);
-      for (const watcher of watchers) watcher();
       resolve({ code, signal });
     });
   });
+  // 'exit' can come before the last of the child's output has been read: its output is complete
+  // once its pipes close ('close'), or a moment after its exit if a process it started holds them.
+  let finished = false;
+  const finish = () => {
+    if (finished) return;
+    finished = true;
+    for (const watcher of watchers) watcher();
+  };
+  child.once('close', finish);
+  void exited.then(() => setTimeout(finish, 1_000).unref());
 
   const handle: ChildHandle = {
     pid: child.pid ?? -1,
@@ -87,9 +96,10 @@ export function spawnScript(file: string, options: SpawnOptions = {}): ChildHand
           if (match) {
             done();
             resolve(match);
-          } else if (child.exitCode !== null || child.signalCode !== null) {
+          } else if (finished) {
             done();
-            reject(new Error(`child ${child.pid} exited before printing ${pattern}; output:\n${output}`));
+            const how = child.signalCode ? `by ${child.signalCode}` : `with code ${child.exitCode}`;
+            reject(new Error(`child ${child.pid} exited ${how} before printing ${pattern}; output:\n${output}`));
           }
         };
         const timer = setTimeout(() => {
