@@ -1,8 +1,8 @@
 /**
  * stepkey's tables, all in the `stepkey` Postgres schema.
  *
- *   ledger       one row per key: an API request, a workflow run, a step, an
- *                effect. Keyed by (scope, key); holds the fingerprint, the
+ *   ledger       one row per key: an API request, a workflow run, an effect
+ *                (a run's finished steps are in `steps`). Keyed by (scope, key); holds the fingerprint, the
  *                status, the stored outcome (text, so it replays byte for
  *                byte), the lease (locked_until + lease_token) and expiry. A
  *                run's row also holds what it needs to resume: its workflow
@@ -10,6 +10,10 @@
  *                INSERT as its claim, so a run never exists without them —
  *                and its root key, derived from an identity minted at that
  *                claim, which every step key derives from.
+ *   steps        one row per finished step of a run: its derived key, its
+ *                run, its name, its stored outcome and its place in the run's
+ *                record. Written with the step's own transaction, fenced by
+ *                the run's lease (workflow/sql/step-rows.ts).
  *   inbox        consumer-side dedupe: (consumer, message key) of every
  *                applied effect, written in the effect's own transaction.
  *   step_attempts every attempt of a run's outside effects (call and enqueue
@@ -110,7 +114,7 @@ export const ledger = stepkeySchema.table(
       'ledger_row_check',
       sql`stepkey.ledger_row_ok(${t.scope}, ${t.key}, ${t.kind}, ${t.status}, ${t.leaseToken}, ${t.lockedUntil}, ${t.outcome}, ${t.outcomeOk}, ${t.version}, ${t.input}, ${t.waitKind}, ${t.expiresAt})`,
     ),
-    // Children of a root (a run's steps), for resume, purge and inspect.
+    // Children of a root (keys claimed under it, and a run's steps from before migration 0013), for purge and inspect.
     index('ledger_children_idx').on(t.scope, t.parentKey).where(sql`${t.parentKey} is not null`),
     // Runs whose lease may have expired, for the sweeper.
     index('ledger_run_leases_idx').on(t.lockedUntil).where(sql`${t.status} = 'in_progress' and ${t.kind} = 'run'`),
@@ -140,6 +144,39 @@ export const ledger = stepkeySchema.table(
       .where(
         sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
       ),
+  ],
+);
+
+/**
+ * A run's finished steps, one row each, apart from the ledger: a step row is
+ * written with every step, and here it is indexed twice (its key, its run)
+ * and checked by its column types alone, where a ledger row is indexed by
+ * twelve indexes, checked by the row function and carries the columns of
+ * every kind of key (migration 0013 moved the rows here). A step's key is
+ * still unique in its scope: two holders that record the same step meet on
+ * the primary key, and the second one rolls back.
+ */
+export const steps = stepkeySchema.table(
+  'steps',
+  {
+    scope: text('scope').notNull(),
+    /** The derived key: childKey(rootKey, name). */
+    key: text('key').notNull(),
+    /** The run's key (in the same scope). */
+    runKey: text('run_key').notNull(),
+    /** The step's instance name (`name` or `name[id]`). */
+    name: text('name').notNull(),
+    outcome: text('outcome').notNull(),
+    outcomeOk: boolean('outcome_ok').notNull(),
+    attempts: integer('attempts').notNull(),
+    /** Its place in the run's record (null on rows from before it was kept). */
+    seq: integer('seq'),
+    completedAt: at('completed_at').notNull(),
+  },
+  (t) => [
+    primaryKey({ name: 'steps_pkey', columns: [t.scope, t.key] }),
+    // A run's steps, for resume, rerun, purge and inspect.
+    index('steps_run_idx').on(t.scope, t.runKey),
   ],
 );
 

@@ -5,6 +5,9 @@ export type LedgerStatus = 'in_progress' | 'waiting' | 'completed' | 'failed' | 
 /** What a row is: an API request, a workflow run, one of its steps, an outbox effect. */
 export type LedgerKind = 'request' | 'run' | 'step' | 'effect';
 
+/** What a claim may write: a run's steps are recorded by the engine alone, in stepkey.steps. */
+export type ClaimKind = Exclude<LedgerKind, 'step'>;
+
 export interface KeyRef {
   scope: string;
   key: string;
@@ -13,7 +16,7 @@ export interface KeyRef {
 export interface ClaimRequest extends KeyRef {
   /** sha256 of the canonical request; the same key with another is a mismatch. */
   fingerprint: string;
-  kind?: LedgerKind;
+  kind?: ClaimKind;
   /** Procedure path, workflow name or step name: shown by inspect and in mismatch errors. */
   name?: string | null;
   /** The key of the root row this row belongs to (same scope). */

@@ -3,19 +3,17 @@
  * taken apart, layer by layer, each layer measured against the ceiling in the
  * same repetition (in turns, each repetition on a fresh database):
  *
- *   plain SQL          the run's record written by hand: the run row, three
- *                      business rows, three step rows, the completion, in the
- *                      engine's three transactions (BEGIN and COMMIT sent
- *                      with their neighbours, as the engine sends them), as
- *                      plain INSERT/UPDATE statements on raw postgres.js
+ *   plain SQL          the run's record written by hand: the run row (in the
+ *                      ledger), three business rows, three step rows (in
+ *                      stepkey.steps), the completion, in the engine's three
+ *                      transactions (BEGIN and COMMIT sent with their
+ *                      neighbours, as the engine sends them), as plain
+ *                      INSERT/UPDATE statements on raw postgres.js
  *                      connections — what the record costs with no engine
- *   plain SQL, narrow  the same, the step rows in a narrow table of their own
- *                      (primary key only): what the ledger's width and
- *                      indexes cost the step rows (a what-if, not a schema)
- *   plain SQL, bare    the same, the run row too in a narrow table of its own
- *                      (primary key only, no row check): the least any
- *                      record of the run and its steps costs in these three
- *                      transactions (a what-if, not a schema)
+ *   plain SQL, bare    the same, the run row and the step rows in narrow
+ *                      tables of their own (primary key only, no row check):
+ *                      the least any record of the run and its steps costs
+ *                      in these three transactions (a what-if, not a schema)
  *   engine SQL         the engine's own statements (probe, claim, step rows
  *                      with their fences, completion), built by its builders,
  *                      on raw postgres.js connections
@@ -46,17 +44,16 @@ const leaseMs = 30_000;
 const stepTimeoutMs = 30_000;
 
 /**
- * The run's record in plain statements, in the engine's three transactions: in the ledger, with
- * the step rows in a narrow table (`narrow`), or with the run row in one too (`bare`).
+ * The run's record in plain statements, in the engine's three transactions: in stepkey's
+ * tables, or in narrow tables with a primary key only (`bare`).
  */
-function plainSql(sql: Sql, tables: 'ledger' | 'narrow' | 'bare'): Op {
+function plainSql(sql: Sql, tables: 'stepkey' | 'bare'): Op {
   const runs = tables === 'bare' ? 'bench_runs' : 'stepkey.ledger';
   const stepRow = (tx: Sql, run: string, root: string, name: string, seq: number) =>
-    tables !== 'ledger'
+    tables === 'bare'
       ? tx`insert into bench_steps (scope, run_key, name, outcome, ok, seq) values (${scope}, ${run}, ${name}, 'null', true, ${seq})`
-      : tx`insert into stepkey.ledger
-             (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq, created_at, updated_at, completed_at)
-           values (${scope}, ${childKey(root, name)}, 'step', ${name}, ${run}, ${name}, 'completed', 'null', true, 1, ${seq}, now(), now(), now())`;
+      : tx`insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, seq, completed_at)
+           values (${scope}, ${childKey(root, name)}, ${run}, ${name}, 'null', true, 1, ${seq}, now())`;
   return async (i) => {
     const key = `w-${i}`;
     const token = randomUUID();
@@ -159,9 +156,8 @@ const layers: { label: string; op: (db: Database, engine: ReturnType<typeof crea
       for (let t = 0; t < 4; t += 1) await db.sql.begin((tx) => tx`insert into bench_rows (n) values (${i})`);
     },
   },
-  { label: 'the record in plain SQL', op: (db) => plainSql(db.sql, 'ledger') },
-  { label: 'the same, step rows in a narrow table (what-if)', op: (db) => plainSql(db.sql, 'narrow') },
-  { label: 'the same, the run row in one too (what-if)', op: (db) => plainSql(db.sql, 'bare') },
+  { label: 'the record in plain SQL', op: (db) => plainSql(db.sql, 'stepkey') },
+  { label: 'the same in primary-key-only tables (what-if)', op: (db) => plainSql(db.sql, 'bare') },
   { label: "the engine's statements, raw connections", op: (db) => engineSql(db.sql, false) },
   { label: "the engine's statements through its Transaction", op: (db) => engineSql(db.sql, true) },
   { label: "the same, the start's savepoint in the first", op: (db) => engineSql(db.sql, true, true) },

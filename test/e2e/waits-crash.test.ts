@@ -60,7 +60,7 @@ describe('sleeping runs', () => {
              max(extract(epoch from (e.at - (s.outcome::json->>'until')::timestamptz)) * 1000)::float8 as late_ms
         from stepkey.ledger r
         join wait_effects e on e.run_key = r.root_key
-        join stepkey.ledger s on s.scope = r.scope and s.parent_key = r.key and s.name = 'nap.v1'
+        join stepkey.steps s on s.scope = r.scope and s.run_key = r.key and s.name = 'nap.v1'
        where r.scope = ${scope} and r.parent_key is null
        group by r.key, e.step`;
     expect(rows).toHaveLength(keys.length * 2);

@@ -278,7 +278,7 @@ describe('what the effect record costs', () => {
     const xmin = async (table: 'ledger' | 'step_attempts', name: string) => {
       const rows =
         table === 'ledger'
-          ? await db().sql<{ tx: string }[]>`select xmin::text as tx from stepkey.ledger where scope = ${ref.scope} and parent_key = ${ref.key} and name = ${name}`
+          ? await db().sql<{ tx: string }[]>`select xmin::text as tx from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key} and name = ${name}`
           : await db().sql<{ tx: string }[]>`select xmin::text as tx from stepkey.step_attempts where scope = ${ref.scope} and run_key = ${ref.key} and step = ${name}`;
       return rows[0]?.tx;
     };

@@ -144,7 +144,7 @@ describe('a failed commit', () => {
     expect(await engine.run(fragile, ref, {})).toBe('done');
     const root = await storedRoot(db(), ref);
     expect(await writesOf(root)).toEqual(['a']);
-    const steps = await db().sql`select name from stepkey.ledger where scope = ${ref.scope} and parent_key = ${ref.key} order by name`;
+    const steps = await db().sql`select name from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key} order by name`;
     expect(steps.map((s) => s.name)).toEqual(['a.v1', 'b.v1']);
     await engine.shutdown();
   });

@@ -425,7 +425,7 @@ describe('bad input', () => {
     await expect(e.run(wf, number, { account: 'a' })).rejects.toThrow(/partitionBy must return a non-empty string of at most 256 characters, got number/);
     for (const ref of [threw, number]) expect((await runRow(db().sql, ref))?.status).toBe('failed');
     const [steps] = await db().sql<{ n: number }[]>`
-      select count(*)::int as n from stepkey.ledger where kind = 'step' and scope = 'acme' and name = 'bad-partition.v1'`;
+      select count(*)::int as n from stepkey.steps where scope = 'acme' and name = 'bad-partition.v1'`;
     expect(steps!.n).toBe(0);
     expect(await limitHeld(db().sql, 'lim-bad-partition')).toEqual({ held: 0, slots: 0, granted: 0 });
     const attempts = await db().sql`select 1 from stepkey.step_attempts where scope = 'acme' and run_key in (${threw.key}, ${number.key})`;

@@ -146,8 +146,8 @@ describe('a resumed run', () => {
     // As a row written before the upgrade: no stored root, its step keyed from the legacy one.
     const legacy = rootKey(ref.scope, ref.key);
     await db().sql`update stepkey.ledger set root_key = null where scope = ${ref.scope} and key = ${ref.key}`;
-    await db().sql`update stepkey.ledger set key = ${childKey(legacy, 'charge.v1')}
-                    where scope = ${ref.scope} and parent_key = ${ref.key} and name = 'charge.v1'`;
+    await db().sql`update stepkey.steps set key = ${childKey(legacy, 'charge.v1')}
+                    where scope = ${ref.scope} and run_key = ${ref.key} and name = 'charge.v1'`;
     failing = false;
     await engine.run(order, ref, { amount: 9 });
     const steps = (await engine.get(ref))!.steps;

@@ -6,8 +6,20 @@ import { testLedger, uniqueKey } from '../helpers/ledger.js';
 const db = useTestDatabase();
 const HOUR = 60 * 60 * 1000;
 
+/** A finished step of run `runKey`, as the engine records it. */
+async function recordStep(scope: string, runKey: string, key: string) {
+  await db().sql`insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, seq, completed_at)
+                 values (${scope}, ${key}, ${runKey}, 'step.v1', '1', true, 1, 0, now())`;
+}
+
+async function stepCount(scope: string, runKey: string): Promise<number> {
+  const [row] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.steps where scope = ${scope} and run_key = ${runKey}`;
+  return row!.n;
+}
+
+/** A completed request, under `parentKey` when given (a key claimed under a root). */
 async function completed(ledger: Ledger, scope: string, key: string, parentKey?: string) {
-  const claim = await ledger.claim({ scope, key, fingerprint: 'fp', parentKey, kind: parentKey ? 'step' : 'request' });
+  const claim = await ledger.claim({ scope, key, fingerprint: 'fp', parentKey });
   if (claim.state !== 'owned') throw new Error(`expected to own ${key}`);
   await ledger.completeWith(claim.lease, { key });
   return claim.lease;
@@ -34,11 +46,14 @@ describe('expiry and purge', () => {
     const key = uniqueKey('run');
     const run = await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' });
     if (run.state !== 'owned') throw new Error('expected to own the run');
-    await completed(ledger, 'acme', `${key}-step`, key);
+    await completed(ledger, 'acme', `${key}-child`, key);
+    await recordStep('acme', key, `${key}-step`);
     await ledger.completeWith(run.lease, { done: true });
     ledger.clock.advance(HOUR + 1);
     expect((await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' })).state).toBe('owned');
+    expect(await ledger.get({ scope: 'acme', key: `${key}-child` })).toBeUndefined();
     expect(await ledger.get({ scope: 'acme', key: `${key}-step` })).toBeUndefined();
+    expect(await stepCount('acme', key)).toBe(0);
   });
 
   it('never expires an in-progress row, nor the children of an unfinished root', async () => {
@@ -46,7 +61,8 @@ describe('expiry and purge', () => {
     const key = uniqueKey('long');
     const run = await ledger.claim({ scope: 'acme', key, fingerprint: 'fp', kind: 'run' });
     if (run.state !== 'owned') throw new Error('expected to own the run');
-    await completed(ledger, 'acme', `${key}-step`, key);
+    await completed(ledger, 'acme', `${key}-child`, key);
+    await recordStep('acme', key, `${key}-step`);
     for (let i = 0; i < 6; i += 1) {
       ledger.clock.advance(9 * 60_000);
       expect(await ledger.heartbeat(run.lease)).toBe(true);
@@ -55,14 +71,16 @@ describe('expiry and purge', () => {
     ledger.clock.advance(48 * HOUR);
     await ledger.purge();
     expect(await ledger.get({ scope: 'acme', key })).toMatchObject({ status: 'in_progress' });
-    expect(await ledger.get({ scope: 'acme', key: `${key}-step` })).toMatchObject({ status: 'completed', expiresAt: null });
+    expect(await ledger.get({ scope: 'acme', key: `${key}-child` })).toMatchObject({ status: 'completed', expiresAt: null });
+    expect(await ledger.get({ scope: 'acme', key: `${key}-step` })).toMatchObject({ kind: 'step', parentKey: key, status: 'completed' });
   });
 
   it('purges only expired rows, in bounded batches', async () => {
     const ledger = testLedger(db(), { retentionMs: HOUR });
     const scope = uniqueKey('scope');
     const old = await Promise.all(Array.from({ length: 5 }, (_, i) => completed(ledger, scope, `old-${i}`)));
-    await completed(ledger, scope, 'old-0-step', 'old-0');
+    await completed(ledger, scope, 'old-0-child', 'old-0');
+    await recordStep(scope, 'old-1', 'old-1-step');
     ledger.clock.advance(HOUR / 2);
     await completed(ledger, scope, 'young');
     const inProgress = await ledger.claim({ scope, key: 'working', fingerprint: 'fp' });
@@ -71,8 +89,8 @@ describe('expiry and purge', () => {
 
     const purged = await ledger.purge({ batchSize: 2 });
     expect(purged.roots).toBeGreaterThanOrEqual(old.length);
-    expect(purged.children).toBeGreaterThanOrEqual(1);
-    const left = await db().sql<{ key: string }[]>`select key from stepkey.ledger where scope = ${scope} order by key`;
+    expect(purged.children).toBeGreaterThanOrEqual(2);
+    const left = await db().sql<{ key: string }[]>`select key from stepkey.key_rows where scope = ${scope} order by key`;
     expect(left.map((row) => row.key)).toEqual(['working', 'young']);
   });
 

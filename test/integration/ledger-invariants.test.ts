@@ -1,7 +1,8 @@
 /**
- * The ledger's row invariants (stepkey.ledger_row_ok, migration 0012): a
- * write that breaks one is refused as a check violation that names the row
- * and the invariant, and writes nothing; the rows stepkey writes pass.
+ * The ledger's row invariants (stepkey.ledger_row_ok, migrations 0012 and
+ * 0013): a write that breaks one is refused as a check violation that names
+ * the row and the invariant, and writes nothing; the rows stepkey writes pass.
+ * A step row is refused too: steps are recorded in stepkey.steps.
  */
 import { describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers/database.js';
@@ -9,12 +10,12 @@ import { uniqueKey } from '../helpers/ledger.js';
 
 const db = useTestDatabase();
 
-/** A row's columns, from a valid finished step, with `change` applied. */
+/** A row's columns, from a valid finished request, with `change` applied. */
 function row(change: Record<string, unknown>) {
   return {
     scope: 'acme',
     key: uniqueKey('inv'),
-    kind: 'step',
+    kind: 'request',
     fingerprint: 'fp',
     status: 'completed',
     outcome: '1',
@@ -33,7 +34,8 @@ async function insert(values: Record<string, unknown>): Promise<unknown> {
 
 describe('the ledger’s row invariants', () => {
   it.each([
-    ['an unknown kind', { kind: 'thing' }, /kind 'thing' is not request, run, step or effect/],
+    ['an unknown kind', { kind: 'thing' }, /kind 'thing' is not request, run or effect/],
+    ['a step', { kind: 'step', parent_key: 'run' }, /steps are recorded in stepkey.steps since migration 0013; a process of an earlier stepkey is still running/],
     ['an unknown status', { status: 'done' }, /status 'done' is not in_progress, waiting/],
     ['an unknown wait kind', { kind: 'run', status: 'waiting', outcome: null, outcome_ok: null, wait_kind: 'nap' }, /wait_kind 'nap' is not timer/],
     ['a row in progress without a lease', { status: 'in_progress', outcome: null, outcome_ok: null }, /a row in progress needs a lease/],
@@ -41,7 +43,7 @@ describe('the ledger’s row invariants', () => {
     ['an unfinished row with an outcome', { status: 'failed' }, /a failed row cannot have an outcome/],
     ['a waiting row with a lease', { kind: 'run', status: 'waiting', outcome: null, outcome_ok: null, wait_kind: 'timer', locked_until: new Date().toISOString() }, /a waiting row is a run with a wait_kind, no lease/],
     ['a waiting row that is not a run', { status: 'waiting', outcome: null, outcome_ok: null, wait_kind: 'timer' }, /a waiting row is a run/],
-    ['a step with an input', { input: '{}' }, /only a run carries a version and an input \(this row is a step\)/],
+    ['a request with an input', { input: '{}' }, /only a run carries a version and an input \(this row is a request\)/],
   ])('refuses %s, naming the row and the invariant', async (_what, change, message) => {
     const values = row(change);
     const error = (await insert(values)) as { code?: string; constraint_name?: string; message?: string } | undefined;

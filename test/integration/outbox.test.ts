@@ -92,7 +92,7 @@ describe('enqueue', () => {
     const [write, notify] = await Promise.all(
       ['write.v1', 'notify.v1'].map(
         async (name) =>
-          (await db().sql`select xmin::text from stepkey.ledger where scope = ${ref.scope} and key = ${childKey(root, name)}`)[0]!
+          (await db().sql`select xmin::text from stepkey.steps where scope = ${ref.scope} and key = ${childKey(root, name)}`)[0]!
             .xmin as string,
       ),
     );

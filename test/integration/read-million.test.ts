@@ -1,5 +1,6 @@
 /**
- * The read models on a ledger of 10⁶ rows (200 000 runs of 4 steps each):
+ * The read models on 200 000 runs of 4 steps each (10⁶ rows in the ledger and
+ * the step table):
  * every filter of the runs listing is served by the index the README names
  * (checked with EXPLAIN), never a scan of the ledger, and a page reads
  * fewer than BLOCKS buffer pages (a scan of the ledger reads tens of
@@ -56,12 +57,11 @@ beforeAll(async () => {
           from generate_series(1, ${RUNS}) i
       ) seeded`);
   await sql.unsafe(`
-    insert into stepkey.ledger (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, created_at, updated_at, completed_at)
-    select r.scope, md5(r.key || ':' || j), 'step', 'step-' || j || '.v1', r.key, 'step-' || j, 'completed', '"ok"', true,
-           r.created_at + j * interval '1 ms', r.created_at, r.created_at + j * interval '1 ms'
+    insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, seq, completed_at)
+    select r.scope, md5(r.key || ':' || j), r.key, 'step-' || j || '.v1', '"ok"', true, 1, j - 1, r.created_at + j * interval '1 ms'
       from stepkey.ledger r cross join generate_series(1, 4) j
      where r.kind = 'run'`);
-  await sql.unsafe('vacuum analyze stepkey.ledger');
+  await sql.unsafe('vacuum analyze stepkey.ledger, stepkey.steps');
 }, 300_000);
 
 interface PlanNode {
@@ -103,7 +103,8 @@ const cases: [string, Omit<ListRunsFilter, 'limit'>, string | string[]][] = [
   ['a rare workflow', { workflow: 'export' }, 'ledger_runs_workflow_idx'],
   ['a workflow, all versions', { workflow: 'checkout' }, 'ledger_runs_workflow_idx'],
   ['a workflow and its old version', { workflow: 'checkout', version: 1 }, 'ledger_runs_workflow_idx'],
-  ['a workflow and a rare status', { workflow: 'checkout', status: 'failed' }, 'ledger_runs_unsuccessful_workflow_idx'],
+  // checkout has most of the failed runs: the unsuccessful runs' index, filtered by workflow, is as narrow a way in.
+  ['a workflow and a rare status', { workflow: 'checkout', status: 'failed' }, ['ledger_runs_unsuccessful_workflow_idx', 'ledger_runs_unsuccessful_idx']],
   ['a workflow and its cancelled runs', { workflow: 'refund', status: 'cancelled' }, 'ledger_runs_unsuccessful_workflow_idx'],
   ['a workflow and a parked status', { workflow: 'checkout', status: 'waiting' }, 'ledger_due_idx'],
   // The scope is a column of the index: it is checked there, without reading rows; for a tiny scope the primary key may win.
@@ -112,7 +113,7 @@ const cases: [string, Omit<ListRunsFilter, 'limit'>, string | string[]][] = [
   ['one day', { from: Date.now() - 5 * 86_400_000, to: Date.now() - 4 * 86_400_000 }, 'ledger_runs_created_idx'],
 ];
 
-describe('the runs listing on 10⁶ ledger rows', () => {
+describe('the runs listing on 200 000 runs and their 800 000 steps', () => {
   it.each(cases)('%s: served by %s, a page in < BLOCKS buffer pages', async (_name, filter, index) => {
     const full: ListRunsFilter = { ...filter, limit: 50, order: 'newest' };
     const statement = runsStatement(clock, full);

@@ -168,8 +168,8 @@ describe('a send racing a wait that is parking', () => {
     // mailbox found empty — waits at the step's row, before its park commits.
     const gate = await openGate();
     await gate.sql`
-      insert into stepkey.ledger (scope, key, kind, fingerprint, status, outcome, outcome_ok)
-      values (${ref.scope}, ${childKey(root, 'prep.v1')}, 'step', 'gate', 'completed', '{}', true)`;
+      insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, completed_at)
+      values (${ref.scope}, ${childKey(root, 'prep.v1')}, ${ref.key}, 'gate', '{}', true, 1, now())`;
     firstHold!();
     await lockWaiters(1, 'json_to_recordset');
     const sending = engine.send(ref, 'note', { n: 5 }, { key: 'k' });
@@ -469,7 +469,7 @@ describe('a timer armed in a transaction that has been open a while', () => {
     await expect(engine.attempt(slowThenSleep, ref, {})).resolves.toMatchObject({ state: 'waiting' });
     const [row] = await db().sql<{ wake_at: number; done_at: string }[]>`
       select (extract(epoch from r.wake_at) * 1000)::float8 as wake_at, s.outcome as done_at
-        from stepkey.ledger r join stepkey.ledger s on s.scope = r.scope and s.parent_key = r.key and s.name = 'slow.v1'
+        from stepkey.ledger r join stepkey.steps s on s.scope = r.scope and s.run_key = r.key and s.name = 'slow.v1'
        where r.scope = ${ref.scope} and r.key = ${ref.key}`;
     expect(row!.wake_at).toBeGreaterThanOrEqual(Number(row!.done_at) + MINUTE);
     await engine.shutdown();
@@ -514,9 +514,9 @@ describe('a child started in a transaction that has been open a while', () => {
     // committed: any sweeper would take the child from the process that runs it.
     const [row] = await db().sql<{ locked_until: number; slow_done: string }[]>`
       select (extract(epoch from c.locked_until) * 1000)::float8 as locked_until, s.outcome as slow_done
-        from stepkey.ledger c, stepkey.ledger s
+        from stepkey.ledger c, stepkey.steps s
        where c.scope = ${ref.scope} and c.key = ${child}
-         and s.scope = ${ref.scope} and s.parent_key = ${ref.key} and s.name = 'slow.v1'`;
+         and s.scope = ${ref.scope} and s.run_key = ${ref.key} and s.name = 'slow.v1'`;
     expect(row!.locked_until).toBeGreaterThanOrEqual(Number(row!.slow_done) + engine.leaseMs);
     letGo!();
     await expect.poll(() => status(ref.scope, ref.key), { timeout: 5_000 }).toBe('completed');

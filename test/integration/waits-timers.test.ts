@@ -214,7 +214,7 @@ describe('sleep', () => {
     await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
     // As if the woken execution died before the sleep's record committed: back in progress, lease
     // run out, the sleep and what followed not recorded — the wait still on the row.
-    await db().sql`delete from stepkey.ledger where scope = ${ref.scope} and parent_key = ${ref.key} and name in ('cooldown.v1', 'after.v1')`;
+    await db().sql`delete from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key} and name in ('cooldown.v1', 'after.v1')`;
     await db().sql`update stepkey.ledger set status = 'in_progress', outcome = null, outcome_ok = null, completed_at = null,
                       expires_at = null, lease_token = gen_random_uuid(), locked_until = now()
                     where scope = ${ref.scope} and key = ${ref.key}`;
@@ -238,7 +238,9 @@ describe('sleep', () => {
     await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
     // The sleep's record, the tx step's row and record, and the run's completion: one transaction.
     const rows = await db().sql<{ name: string | null; xid: string }[]>`
-      select name, xmin::text as xid from stepkey.ledger where scope = ${ref.scope} and (key = ${ref.key} or parent_key = ${ref.key})
+      select name, xmin::text as xid from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}
+      union all
+      select name, xmin::text from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key}
       union all
       select 'business row', xmin::text from timer_writes where id = ${ref.key}`;
     expect(rows.map((r) => r.name).sort()).toEqual(['business row', 'rest.v1', 'timer-nap-write', 'write.v1']);

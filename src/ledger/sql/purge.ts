@@ -3,7 +3,7 @@
  *
  * Guarantee: deletes only roots whose expiry has passed and that are not in
  * progress (an in-progress or waiting row has no expiry: its lease or its
- * wait governs it), together with their steps, their attempts, their mailbox and the child
+ * wait governs it), together with their steps, the keys claimed under them, their attempts, their mailbox and the child
  * runs that have ended; a child run whose parent is still unfinished is kept
  * (the parent reads it when it resumes). Rows another purger is deleting are
  * skipped, not waited for. A message that a send (holding the run's row)
@@ -39,9 +39,14 @@ export async function purgeExpiredRows(
     ), gone as (
       select scope, key from doomed union select scope, key from ended_children
     ), steps as (
-      delete from stepkey.ledger s
+      delete from stepkey.steps s
        using gone g
-       where s.scope = g.scope and s.parent_key = g.key
+       where s.scope = g.scope and s.run_key = g.key
+      returning 1
+    ), keyed as (
+      delete from stepkey.ledger k
+       using gone g
+       where k.scope = g.scope and k.parent_key = g.key
       returning 1
     ), mail as (
       delete from stepkey.mailbox m
@@ -60,7 +65,7 @@ export async function purgeExpiredRows(
       returning 1
     )
     select (select count(*) from roots)::int as roots,
-           ((select count(*) from steps) + (select count(*) from mail) + (select count(*) from attempts))::int as children,
+           ((select count(*) from steps) + (select count(*) from keyed) + (select count(*) from mail) + (select count(*) from attempts))::int as children,
            coalesce((select json_agg(json_build_object('scope', scope, 'key', key)) from gone), '[]')::text as gone`;
   if (!row) return { roots: 0, children: 0 };
   if (row.roots > 0) {

@@ -54,7 +54,7 @@ export const ledgerColumns = `
 
 export async function readRow(q: Queryable, ref: KeyRef): Promise<LedgerRow | undefined> {
   const rows = await q.unsafe<LedgerRow[]>(
-    `select ${ledgerColumns} from stepkey.ledger where scope = $1 and key = $2`,
+    `select ${ledgerColumns} from stepkey.key_rows where scope = $1 and key = $2 limit 1`,
     [ref.scope, ref.key],
   );
   return rows[0];
@@ -63,7 +63,7 @@ export async function readRow(q: Queryable, ref: KeyRef): Promise<LedgerRow | un
 /** The children of a root row (a run's steps), oldest first. */
 export async function readChildren(q: Queryable, ref: KeyRef): Promise<LedgerRow[]> {
   return q.unsafe<LedgerRow[]>(
-    `select ${ledgerColumns} from stepkey.ledger where scope = $1 and parent_key = $2 order by created_at, seq, key`,
+    `select ${ledgerColumns} from stepkey.key_rows where scope = $1 and parent_key = $2 order by created_at, seq, key`,
     [ref.scope, ref.key],
   );
 }

@@ -89,7 +89,9 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
     ), gone as (
       select scope, key from root union all select scope, key from ended_children
     ), steps as (
-      delete from stepkey.ledger s using gone g where s.scope = g.scope and s.parent_key = g.key returning 1
+      delete from stepkey.steps s using gone g where s.scope = g.scope and s.run_key = g.key returning 1
+    ), keyed as (
+      delete from stepkey.ledger k using gone g where k.scope = g.scope and k.parent_key = g.key returning 1
     ), mail as (
       delete from stepkey.mailbox m using gone g where m.scope = g.scope and m.run_key = g.key returning 1
     ), attempts as (

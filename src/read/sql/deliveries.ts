@@ -62,7 +62,7 @@ export async function whereKeysWent(q: Queryable, keys: readonly string[], roots
      select
        (select coalesce(json_agg(found order by found.scope, found.key), '[]')
           from scopes s cross join wanted w
-         cross join lateral (select ${ledgerColumns} from stepkey.ledger where scope = s.scope and key = w.key limit 1) found
+         cross join lateral (select ${ledgerColumns} from stepkey.key_rows where scope = s.scope and key = w.key limit 1) found
          where s.scope is not null) as rows,
        (select coalesce(json_agg(j), '[]') from (${jobs}) j) as jobs,
        (select coalesce(json_agg(found order by found."processedAt"), '[]')

@@ -34,7 +34,7 @@ export interface ChangeProbe {
   nowMs: number;
 }
 
-const watched = ['stepkey.ledger', 'stepkey.inbox', 'stepkey.worker_pools', 'stepkey.audit_log', 'graphile_worker._private_jobs'];
+const watched = ['stepkey.ledger', 'stepkey.steps', 'stepkey.inbox', 'stepkey.worker_pools', 'stepkey.audit_log', 'graphile_worker._private_jobs'];
 
 /** One statement, no table read but one index probe (ledger_run_leases_idx). */
 export async function probeChanges(q: Queryable, clock: Clock): Promise<ChangeProbe> {

@@ -57,7 +57,7 @@ export function stepsByVersion(q: Queryable, clock: Clock): Promise<StepUsage[]>
         select distinct l.name as workflow, l.version, split_part(c.name, '[', 1) as step, l.status,
                l.scope, l.key, l.created_at
           from stepkey.ledger l
-          join stepkey.ledger c on c.scope = l.scope and c.parent_key = l.key
+          join stepkey.key_rows c on c.scope = l.scope and c.parent_key = l.key
          where l.kind = 'run'
            and (l.status in ('in_progress', 'failed')
                 or (l.status = 'completed' and l.outcome_ok and l.expires_at > ${now}))

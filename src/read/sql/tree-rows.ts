@@ -1,7 +1,8 @@
 /**
  * The rows of a key's tree, in one statement: the key's own row (in one
  * scope, or in every scope that holds it) and the rows of its children — a
- * run's steps, found through ledger_children_idx (scope, parent_key). A
+ * run's steps (stepkey.key_rows: the ledger's rows and the step table's,
+ * found through ledger_children_idx and steps_run_idx). A
  * run's row carries its input and its status (run-status.ts).
  *
  * Without a scope, the scopes come from a loose index scan of the primary
@@ -40,14 +41,14 @@ export async function readTreeRows(q: Queryable, query: { key: string; scope?: s
     `with recursive ${distinctScopes}, ${found},
      matched as (
        select l.* from found f
-        cross join lateral (select * from stepkey.ledger l where l.scope = f.scope and l.key = f.key limit 1) l
+        cross join lateral (select * from stepkey.key_rows l where l.scope = f.scope and l.key = f.key limit 1) l
      ),
      tree as (
        select m.scope as match_scope, m.key as match_key, 0 as depth, m.* from matched m
        union all
        select m.scope, m.key, 1, c.*
          from matched m
-        cross join lateral (select * from stepkey.ledger c where c.scope = m.scope and c.parent_key = m.key offset 0) c
+        cross join lateral (select * from stepkey.key_rows c where c.scope = m.scope and c.parent_key = m.key offset 0) c
      )
      select match_scope as "matchScope", match_key as "matchKey", depth, ${ledgerColumns},
             case when l.kind = 'run' then l.input end as input,

@@ -82,7 +82,7 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
            (extract(epoch from clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond') * 1000)::float8 as now_ms
       from stepkey.ledger r
       cross join recorded
-      left join stepkey.ledger c on c.scope = r.scope and c.parent_key = r.key and c.status = 'completed'
+      left join stepkey.steps c on c.scope = r.scope and c.run_key = r.key
      where r.scope = ${ref.scope} and r.key = ${ref.key} and r.kind = 'run'`;
   const first = rows[0];
   if (!first) return undefined;
@@ -116,8 +116,7 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
 /** One finished step, read after a unique violation showed another holder committed it. */
 export async function loadStep(q: Queryable, scope: string, key: string): Promise<FinishedStep | undefined> {
   const rows = await q<{ outcome: string; outcome_ok: boolean; attempts: number }[]>`
-    select outcome, outcome_ok, attempts from stepkey.ledger
-     where scope = ${scope} and key = ${key} and status = 'completed'`;
+    select outcome, outcome_ok, attempts from stepkey.steps where scope = ${scope} and key = ${key}`;
   const row = rows[0];
   return row ? { ok: row.outcome_ok, body: row.outcome, attempts: row.attempts } : undefined;
 }

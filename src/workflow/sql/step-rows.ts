@@ -1,5 +1,5 @@
 /**
- * Recording finished steps of a run, and the attempts of its outside calls.
+ * Recording finished steps of a run (stepkey.steps), and the attempts of its outside calls.
  *
  * Guarantee: the rows are written only while the caller holds the run's
  * lease (its token is the run row's current one and the run is in progress);
@@ -106,11 +106,8 @@ export function insertStepRowsStatement(
   if (rows.length) {
     const now = b.now(clock);
     b.sql`, steps as (
-      insert into stepkey.ledger
-        (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq,
-         created_at, updated_at, completed_at)
-      select ${run.scope}, s.key, 'step', s.name, ${run.key}, s.name, 'completed', s.body, s.ok,
-             s.attempts, s.seq, ${now}, ${now}, ${now}
+      insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, seq, completed_at)
+      select ${run.scope}, s.key, ${run.key}, s.name, s.body, s.ok, s.attempts, s.seq, ${now}
         from fence,
              json_to_recordset(${JSON.stringify(rows)}::json) as s(key text, name text, body text, ok boolean, attempts int, seq int)
        where fence.held

@@ -34,11 +34,8 @@ export function linkRerunStatement(q: Queryable, clock: Clock, lease: Lease, of:
 export function copyStepsStatement(q: Queryable, clock: Clock, lease: Lease, steps: readonly CopiedStep[]) {
   const now = sqlNow(q, clock);
   return q`
-    insert into stepkey.ledger
-      (scope, key, kind, name, parent_key, fingerprint, status, outcome, outcome_ok, attempts, seq,
-       created_at, updated_at, completed_at)
-    select ${lease.scope}, s.key, 'step', s.name, ${lease.key}, s.name, 'completed', s.outcome, s.ok, s.attempts, s.seq,
-           ${now}, ${now}, ${now}
+    insert into stepkey.steps (scope, key, run_key, name, outcome, outcome_ok, attempts, seq, completed_at)
+    select ${lease.scope}, s.key, ${lease.key}, s.name, s.outcome, s.ok, s.attempts, s.seq, ${now}
       from json_to_recordset(${JSON.stringify(steps)}::json)
            as s(key text, name text, outcome text, ok boolean, attempts int, seq int)`;
 }
