@@ -12,17 +12,24 @@ CREATE TABLE "stepkey"."steps" (
 );
 --> statement-breakpoint
 CREATE INDEX "steps_run_idx" ON "stepkey"."steps" USING btree ("scope","run_key");--> statement-breakpoint
--- Guarantee: every finished step keeps its record across the upgrade — moved, in this
--- migration's transaction, from the ledger to stepkey.steps with its key, run, name, outcome,
--- attempts and place; a step row of any other status (none is written since steps commit with
--- their outcome) stays in the ledger, as it was.
-INSERT INTO "stepkey"."steps" ("scope", "key", "run_key", "name", "outcome", "outcome_ok", "attempts", "seq", "completed_at")
-SELECT "scope", "key", "parent_key", "name", "outcome", "outcome_ok", "attempts", "seq", coalesce("completed_at", "updated_at")
-  FROM "stepkey"."ledger"
- WHERE "kind" = 'step' AND "status" = 'completed' AND "parent_key" IS NOT NULL AND "name" IS NOT NULL;
+-- No write to the ledger from here to this migration's commit: a step that a process of an
+-- earlier release commits is either moved below or refused by the row check that commits with
+-- it (reads go on meanwhile).
+LOCK TABLE "stepkey"."ledger" IN EXCLUSIVE MODE;
 --> statement-breakpoint
-DELETE FROM "stepkey"."ledger"
- WHERE "kind" = 'step' AND "status" = 'completed' AND "parent_key" IS NOT NULL AND "name" IS NOT NULL;
+-- Guarantee: every finished step of a run keeps its record across the upgrade — moved, in one
+-- statement, from the ledger to stepkey.steps with its key, run, name, outcome, attempts and
+-- place. A row of kind 'step' that is not a run's finished step (unfinished, or claimed under
+-- a key that is not a run through the ledger API) stays in the ledger, as it was.
+WITH "moved" AS (
+  DELETE FROM "stepkey"."ledger" s
+   WHERE s."kind" = 'step' AND s."status" = 'completed' AND s."name" IS NOT NULL
+     AND EXISTS (SELECT 1 FROM "stepkey"."ledger" r WHERE r."scope" = s."scope" AND r."key" = s."parent_key" AND r."kind" = 'run')
+  RETURNING s."scope", s."key", s."parent_key", s."name", s."outcome", s."outcome_ok", s."attempts", s."seq",
+            coalesce(s."completed_at", s."updated_at") AS "completed_at"
+)
+INSERT INTO "stepkey"."steps" ("scope", "key", "run_key", "name", "outcome", "outcome_ok", "attempts", "seq", "completed_at")
+SELECT "scope", "key", "parent_key", "name", "outcome", "outcome_ok", "attempts", "seq", "completed_at" FROM "moved";
 --> statement-breakpoint
 -- Guarantee: no step is recorded in the ledger any more. A process of an earlier stepkey that
 -- still runs would write its step rows there, where this release does not look (and two

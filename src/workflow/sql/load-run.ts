@@ -112,11 +112,3 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
     stepAttempts,
   };
 }
-
-/** One finished step, read after a unique violation showed another holder committed it. */
-export async function loadStep(q: Queryable, scope: string, key: string): Promise<FinishedStep | undefined> {
-  const rows = await q<{ outcome: string; outcome_ok: boolean; attempts: number }[]>`
-    select outcome, outcome_ok, attempts from stepkey.steps where scope = ${scope} and key = ${key}`;
-  const row = rows[0];
-  return row ? { ok: row.outcome_ok, body: row.outcome, attempts: row.attempts } : undefined;
-}
