@@ -94,6 +94,38 @@ describe('expiry and purge', () => {
     expect(left.map((row) => row.key)).toEqual(['working', 'young']);
   });
 
+  it('forgets an expired run without its child run being resumed at that moment, which keeps its steps', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR });
+    const parent = uniqueKey('parent');
+    const child = uniqueKey('child');
+    await db().sql`
+      insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, outcome, outcome_ok, version, input, expires_at)
+      values ('acme', ${parent}, 'run', 'wf', 'fp', 'completed', '1', true, 1, '{}', now() - interval '1 minute')`;
+    await db().sql`
+      insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, version, input, parent_run, expires_at)
+      values ('acme', ${child}, 'run', 'wf-child', 'fp', 'failed', 1, '{}', ${parent}, now() + interval '1 hour')`;
+    await recordStep('acme', child, `${child}-step`);
+    // A resume of the failed child holds its row (it is about to take it back into progress).
+    const resuming = await db().sql.reserve();
+    try {
+      await resuming`begin`;
+      await resuming`select 1 from stepkey.ledger where scope = 'acme' and key = ${child} for update`;
+      // A new request with the parent's key forgets the expired parent, without waiting for the child.
+      const claimed = await Promise.race([
+        ledger.claim({ scope: 'acme', key: parent, fingerprint: 'fp', kind: 'run' }).then((claim) => claim.state),
+        new Promise((resolve) => setTimeout(() => resolve('waited for the child'), 5_000)),
+      ]);
+      expect(claimed).toBe('owned');
+      await resuming`update stepkey.ledger set status = 'in_progress', lease_token = gen_random_uuid(), locked_until = now() + interval '1 minute',
+                       expires_at = null where scope = 'acme' and key = ${child}`;
+      await resuming`commit`;
+    } finally {
+      resuming.release();
+    }
+    expect(await ledger.get({ scope: 'acme', key: child })).toMatchObject({ status: 'in_progress' });
+    expect(await stepCount('acme', child)).toBe(1);
+  });
+
   it('purges a failed run after its retention too', async () => {
     const ledger = testLedger(db(), { retentionMs: HOUR });
     const key = uniqueKey('failed');

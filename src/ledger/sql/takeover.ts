@@ -86,6 +86,8 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
       select c.scope, c.key
         from stepkey.ledger c join root r on c.scope = r.scope and c.parent_run = r.key
        where c.status in ('completed', 'cancelled', 'failed')
+         -- as the purge: a child being resumed right now is skipped, kept with its steps
+         for update of c skip locked
     ), gone as (
       select scope, key from root union all select scope, key from ended_children
     ), steps as (
