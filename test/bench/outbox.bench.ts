@@ -42,7 +42,7 @@ export async function outboxBench(options: { ops: number; runs: number }): Promi
            null, null, null, null, null, null)::graphile_worker.job_spec))
           from generate_series(1, ${backlog}) g`;
       const started = performance.now();
-      const worker = await runWorker({ database: db, effects: [received], concurrency, localQueueSize: 100, purgeSchedule: false, onError: () => {} });
+      const worker = await runWorker({ database: db, effects: [received], concurrency, localQueueSize: 100, purgeSchedule: false, onError: () => {}, logger: false });
       for (;;) {
         const [row] = await db.sql`select count(*)::int as n from bench_received`;
         if (row!.n >= backlog) break;
