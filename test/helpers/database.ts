@@ -65,3 +65,31 @@ export function useTestDatabase(options: { max?: number } = {}): () => TestDatab
     return database;
   };
 }
+
+/**
+ * An empty database (not migrated: for migration and upgrade tests), created by the returned
+ * function on first use and dropped after the file's tests: `const empty = useEmptyDatabase('x'); const url = await empty();`
+ */
+export function useEmptyDatabase(suffix: string): () => Promise<string> {
+  const name = `stepkey_t_${inject('runId')}_${suffix}`;
+  let created: Promise<string> | undefined;
+  afterAll(async () => {
+    if (!created) return;
+    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
+    try {
+      await admin.unsafe(`drop database if exists ${name} with (force)`);
+    } finally {
+      await admin.end();
+    }
+  });
+  return () =>
+    (created ??= (async () => {
+      const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
+      try {
+        await admin.unsafe(`create database ${name}`);
+      } finally {
+        await admin.end();
+      }
+      return withDatabase(inject('adminUrl'), name);
+    })());
+}

@@ -7,14 +7,13 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { commands } from '../../src/cli/main.js';
 import { childKey } from '../../src/keys/derive.js';
 import { storedRoot } from '../helpers/ledger.js';
 import { appModule, runCli, useCli } from '../helpers/cli.js';
 import { completedCheckout, failedCheckout } from '../helpers/cli-fixtures.js';
-import { useTestDatabase } from '../helpers/database.js';
-import { withDatabase } from '../helpers/urls.js';
+import { useEmptyDatabase, useTestDatabase } from '../helpers/database.js';
 
 const db = useTestDatabase();
 const app = appModule('cli-app');
@@ -96,18 +95,10 @@ describe('usage', () => {
 });
 
 describe('migrate and purge', () => {
-  const name = `stepkey_t_${inject('runId')}_climigrate`;
-  afterAll(async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`drop database if exists ${name} with (force)`);
-    await admin.end();
-  });
+  const empty = useEmptyDatabase('climigrate');
 
   it("migrates a fresh database with the app's migrations, and again without changing anything", async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create database ${name}`);
-    await admin.end();
-    const url = withDatabase(inject('adminUrl'), name);
+    const url = await empty();
     const first = await runCli(['migrate', '--database', url, '--app', app], { cwd: emptyDir() });
     expect(first.stderr).toBe('');
     expect(first.code).toBe(0);

@@ -8,7 +8,7 @@
  * migration keep every trigger, and resume after it.
  */
 import postgres from 'postgres';
-import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { connect, type Database, type Sql } from '../../src/db/connect.js';
 import { migrate } from '../../src/db/migrate.js';
@@ -18,13 +18,12 @@ import { newRootKey } from '../../src/keys/derive.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
-import { useTestDatabase, type TestDatabase } from '../helpers/database.js';
+import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { limitHeld } from '../helpers/limits.js';
 import { migrateBefore } from '../helpers/migrations.js';
-import { withDatabase } from '../helpers/urls.js';
 
 const db = useTestDatabase();
 const { gate, openAll, clear } = gates();
@@ -153,18 +152,10 @@ describe('the flow mark', () => {
 });
 
 describe('an upgrade to migration 0011', () => {
-  const name = `stepkey_t_${inject('runId')}_mark_upgrade`;
-  afterAll(async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`drop database if exists ${name} with (force)`);
-    await admin.end();
-  });
+  const empty = useEmptyDatabase('mark_upgrade');
 
   it('keeps the triggers of runs written before it: a run in flight resumes and ends, a cancelled one gives its slot back', async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create database ${name}`);
-    await admin.end();
-    const url = withDatabase(inject('adminUrl'), name);
+    const url = await empty();
 
     await migrateBefore(url, '0011');
 
@@ -189,7 +180,7 @@ describe('an upgrade to migration 0011', () => {
     }
 
     await migrate(url);
-    const upgraded: Database & { name: string } = Object.assign(connect(url, { max: 5 }), { name });
+    const upgraded: Database & { name: string } = Object.assign(connect(url, { max: 5 }), { name: 'mark_upgrade' });
     try {
       expect(await flowOf(upgraded.sql, inFlight)).toBe(true);
       expect(await flowOf(upgraded.sql, holder)).toBe(true);

@@ -9,7 +9,7 @@
  * an entry written before migration 0009 behaves.
  */
 import postgres from 'postgres';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { operatorActions } from '../../src/actions/operator-actions.js';
 import { connect, type Database } from '../../src/db/connect.js';
@@ -22,12 +22,11 @@ import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
 import { listQueues } from '../../src/read/sql/queues.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
-import { useTestDatabase, type TestDatabase } from '../helpers/database.js';
+import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { migrateBefore } from '../helpers/migrations.js';
-import { withDatabase } from '../helpers/urls.js';
 
 const db = useTestDatabase();
 /** The database the workflow records its intervals in (the upgrade test switches it). */
@@ -278,19 +277,13 @@ describe('a failed queued run that is resumed', () => {
 
 describe('an upgrade to migration 0009', () => {
   let url = '';
-  const name = `stepkey_t_${inject('runId')}_requeue_upgrade`;
-  afterAll(async () => {
+  const empty = useEmptyDatabase('requeue_upgrade');
+  afterAll(() => {
     current = db;
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`drop database if exists ${name} with (force)`);
-    await admin.end();
   });
 
   it('keeps queue entries written before it: dispatched, failed, resumed into a slot', async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create database ${name}`);
-    await admin.end();
-    url = withDatabase(inject('adminUrl'), name);
+    url = await empty();
 
     // stepkey's migrations up to 0008.
     await migrateBefore(url, '0009');
@@ -309,7 +302,7 @@ describe('an upgrade to migration 0009', () => {
       await old.end();
 
       await migrate(url);
-      const upgraded = Object.assign(connect(url, { max: 5 }), { name });
+      const upgraded = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade' });
       current = () => upgraded;
       try {
         await createIntervals(upgraded.sql);

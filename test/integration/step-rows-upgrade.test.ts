@@ -8,7 +8,7 @@
  * transaction fails, its business write with it.
  */
 import postgres from 'postgres';
-import { afterAll, afterEach, describe, expect, inject, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { migrate } from '../../src/db/migrate.js';
@@ -16,11 +16,10 @@ import { childKey, newRootKey } from '../../src/keys/derive.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
-import type { TestDatabase } from '../helpers/database.js';
+import { useEmptyDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { migrateBefore } from '../helpers/migrations.js';
-import { withDatabase } from '../helpers/urls.js';
 
 const executed: string[] = [];
 
@@ -78,18 +77,10 @@ async function writtenBefore(sql: postgres.Sql, ref: KeyRef, status: 'in_progres
 }
 
 describe('an upgrade to migration 0013', () => {
-  const name = `stepkey_t_${inject('runId')}_step_rows_upgrade`;
-  afterAll(async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`drop database if exists ${name} with (force)`);
-    await admin.end();
-  });
+  const empty = useEmptyDatabase('step_rows_upgrade');
 
   it('moves every finished step: runs in flight resume from their last step, finished runs keep their record, an earlier release cannot record a step', async () => {
-    const admin = postgres(inject('adminUrl'), { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create database ${name}`);
-    await admin.end();
-    const url = withDatabase(inject('adminUrl'), name);
+    const url = await empty();
     await migrateBefore(url, '0013');
 
     const inFlight = { scope: 'acme', key: uniqueKey('up-flight') };
@@ -107,7 +98,7 @@ describe('an upgrade to migration 0013', () => {
     }
 
     await migrate(url);
-    const upgraded: TestDatabase = Object.assign(connect(url, { max: 5 }), { name }) satisfies Database;
+    const upgraded: TestDatabase = Object.assign(connect(url, { max: 5 }), { name: 'step_rows_upgrade' }) satisfies Database;
     try {
       const sql = upgraded.sql;
       const [left] = await sql<{ n: number }[]>`select count(*)::int as n from stepkey.ledger where kind = 'step'`;
