@@ -103,6 +103,8 @@ const cases: [string, Omit<ListRunsFilter, 'limit'>, string | string[]][] = [
   ['a rare workflow', { workflow: 'export' }, 'ledger_runs_workflow_idx'],
   ['a workflow, all versions', { workflow: 'checkout' }, 'ledger_runs_workflow_idx'],
   ['a workflow and its old version', { workflow: 'checkout', version: 1 }, 'ledger_runs_workflow_idx'],
+  ['a workflow, completed', { workflow: 'checkout', status: 'completed' }, 'ledger_runs_workflow_idx'],
+  ['a workflow, its old version, completed', { workflow: 'checkout', version: 1, status: 'completed' }, 'ledger_runs_workflow_idx'],
   // checkout has most of the failed runs: the unsuccessful runs' index, filtered by workflow, is as narrow a way in.
   ['a workflow and a rare status', { workflow: 'checkout', status: 'failed' }, ['ledger_runs_unsuccessful_workflow_idx', 'ledger_runs_unsuccessful_idx']],
   ['a workflow and its cancelled runs', { workflow: 'refund', status: 'cancelled' }, 'ledger_runs_unsuccessful_workflow_idx'],
