@@ -24,7 +24,10 @@
  *   audit_log    one row per operator action (cancel, resume, retry a job),
  *                written in the transaction of the change it records.
  *
- * drizzle-kit generates the SQL in drizzle/ from this file.
+ * drizzle-kit generates the SQL in drizzle/ from this file. One object is
+ * written by hand in its migration (0013) and not declared here: the view
+ * `stepkey.key_rows`, every key's row in the ledger's columns (the ledger's
+ * own, and each step as the ledger held it before 0013), for the read models.
  */
 import { sql } from 'drizzle-orm';
 import {
