@@ -46,6 +46,7 @@ export {
 export type { OnceContext, OnceOptions, OnceResult } from './ledger/once.js';
 export type { LedgerRow } from './ledger/sql/read.js';
 export type {
+  ClaimKind,
   ClaimRequest,
   ClaimResult,
   KeyRef,
