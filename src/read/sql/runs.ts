@@ -159,50 +159,56 @@ function unsuccessfulStatus(filter: ListRunsFilter): boolean {
 const order = 'order by sort_at desc, scope desc, key desc';
 
 function newestQuery(text: SqlText, filter: ListRunsFilter): string {
-  const where = [filters(text, filter)];
-  if (filter.status !== undefined) where.push(statusCondition(filter.status, text.now()));
+  const viaWorkflow = filter.workflow !== undefined && !statusIndexFirst(filter);
+  const { version, ...unversioned } = filter;
+  const where = [filters(text, viaWorkflow ? unversioned : filter)];
   if (filter.cursor !== undefined) {
     const [at, scope, key] = decodeCursor(filter.cursor);
     where.push(`(l.created_at, l.scope, l.key) < (${text.param(at)}::timestamptz, ${text.param(scope)}::text, ${text.param(key)}::text)`);
   }
+  const status = filter.status === undefined ? undefined : statusCondition(filter.status, text.now());
   const limit = text.param(filter.limit + 1);
-  // A workflow with no status: the page is found by its keys alone, read from
-  // ledger_runs_workflow_idx without touching a row (an index-only scan: every condition is on
-  // the index's columns), and only the page's rows are read. Asked for whole rows, the planner
-  // may prefer to walk ledger_runs_created_idx and filter by workflow — cheap by its estimates,
-  // which take the workflow's runs as spread evenly over time; thousands of pages for an old version.
-  const keysFirst = filter.workflow !== undefined && filter.status === undefined;
-  // A workflow without a version, unless a status index is the narrower way in: one range per version.
-  const byVersion = filter.workflow !== undefined && filter.version === undefined && !statusIndexFirst(filter);
-  if (!keysFirst && !byVersion) {
-    return `select ${columns(text)} from stepkey.ledger l where ${where.join(' and ')} ${order} limit ${limit}`;
+  if (!viaWorkflow) {
+    return `select ${columns(text)} from stepkey.ledger l where ${[...where, ...(status ? [status] : [])].join(' and ')} ${order} limit ${limit}`;
   }
-  const selected = keysFirst ? 'l.scope, l.key, l.created_at as sort_at' : columns(text);
-  const rows = (page: string) =>
-    keysFirst
-      ? `with page as (${page})
-         select ${columns(text)} from page p join stepkey.ledger l on l.scope = p.scope and l.key = p.key ${order} limit ${limit}`
-      : page;
-  if (!byVersion) {
-    return rows(`select ${selected} from stepkey.ledger l where ${where.join(' and ')} ${order} limit ${limit}`);
-  }
-  const name = text.param(filter.workflow);
-  return rows(`
-    with recursive versions(v) as (
+  // A workflow, unless a status index is the narrower way in: one range of
+  // ledger_runs_workflow_idx per version (the one asked for, or each one a loose index scan
+  // finds), read newest first. Left to itself the planner may walk ledger_runs_created_idx
+  // instead and filter by workflow — cheap by its estimates, which take the workflow's runs as
+  // spread evenly over time; thousands of pages for an old version. So, with no status, the
+  // page's keys are read from the workflow index alone (an index-only scan: every condition is on
+  // its columns) and then their rows; with a status (which needs the row), the version is a range
+  // (>= and <=, not =, so that it stays a sort key) and the rows come in (version, created_at,
+  // scope, key) order, which the workflow index gives as it is and the created index only by
+  // sorting the whole workflow.
+  const versions = version !== undefined ? `with versions(v) as (select ${text.param(version)}::int)` : loosely(text.param(filter.workflow));
+  const keys = `
+         select l.scope, l.key, l.created_at as at from stepkey.ledger l
+          where ${where.join(' and ')} and l.version = versions.v
+          order by l.created_at desc, l.scope desc, l.key desc limit ${limit}`;
+  const range = status
+    ? `select ${columns(text)} from stepkey.ledger l
+        where ${where.join(' and ')} and ${status} and l.version >= versions.v and l.version <= versions.v
+        order by l.version desc, l.created_at desc, l.scope desc, l.key desc limit ${limit}`
+    : `select ${columns(text)} from (${keys}) k join stepkey.ledger l on l.scope = k.scope and l.key = k.key
+        order by k.at desc, k.scope desc, k.key desc limit ${limit}`;
+  return `
+    ${versions}
+    select newest.* from versions
+     cross join lateral (${range}) newest
+     where versions.v is not null
+     ${order} limit ${limit}`;
+}
+
+/** A workflow's versions, found by a loose index scan of ledger_runs_workflow_idx (`name`: its parameter). */
+function loosely(name: string): string {
+  return `with recursive versions(v) as (
       (select l.version from stepkey.ledger l where l.kind = 'run' and l.name = ${name}::text order by l.version limit 1)
       union all
       select (select l.version from stepkey.ledger l
                where l.kind = 'run' and l.name = ${name}::text and l.version > versions.v order by l.version limit 1)
         from versions where versions.v is not null
-    )
-    select newest.* from versions
-     cross join lateral (
-       select ${selected} from stepkey.ledger l
-        where ${where.join(' and ')} and l.version = versions.v
-        ${order} limit ${limit}
-     ) newest
-     where versions.v is not null
-     ${order} limit ${limit}`);
+    )`;
 }
 
 function attentionQuery(text: SqlText, filter: ListRunsFilter): string {
