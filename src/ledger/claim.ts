@@ -12,7 +12,7 @@ import { assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
 import { claimRow, insertClaimRow, probeRow, type ClaimRow } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
-import type { ClaimRequest, ClaimResult } from './types.js';
+import type { ClaimKind, ClaimRequest, ClaimResult } from './types.js';
 
 /** How many times a claim reads again before it answers "in progress". */
 const MAX_ROUNDS = 4;
@@ -26,7 +26,16 @@ export function assertValidClaim(request: ClaimRequest): void {
   if (typeof request.fingerprint !== 'string' || request.fingerprint.length === 0) {
     throw new StepkeyError('invalid_input', 'A claim needs a non-empty fingerprint.');
   }
+  if (request.kind !== undefined && !claimKinds.has(request.kind)) {
+    throw new StepkeyError(
+      'invalid_input',
+      `A claim's kind is request, run or effect, not ${JSON.stringify(request.kind)}` +
+        (request.kind === ('step' as string) ? " (a run's steps are recorded by the engine, in stepkey.steps)." : '.'),
+    );
+  }
 }
+
+const claimKinds = new Set<string>(['request', 'run', 'effect'] satisfies ClaimKind[]);
 
 /** In `lock` mode a claim may also find the key vacant: no row, and the caller holds its advisory lock. */
 export type LockingClaimResult = ClaimResult | { state: 'vacant' };

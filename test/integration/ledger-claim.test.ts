@@ -93,6 +93,8 @@ describe('claim (split form)', () => {
       [{ scope: 'acme', key: 'naïve', fingerprint: 'fp' }, 'invalid_key'],
       [{ scope: '', key: 'k', fingerprint: 'fp' }, 'invalid_scope'],
       [{ scope: 'acme', key: 'k', fingerprint: '' }, 'invalid_input'],
+      [{ scope: 'acme', key: 'k', fingerprint: 'fp', kind: 'step' }, 'invalid_input'],
+      [{ scope: 'acme', key: 'k', fingerprint: 'fp', kind: 'thing' }, 'invalid_input'],
     ];
     for (const [request, code] of cases) {
       const error = await ledger.claim(request as never).catch((e: unknown) => e);

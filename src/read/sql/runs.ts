@@ -13,10 +13,9 @@
  * runs checks the plans):
  *   none, time, completed        ledger_runs_created_idx (created_at, scope, key)
  *   workflow (and version)       ledger_runs_workflow_idx (name, version, created_at, …),
- *                                the page's keys read from it alone: without a
- *                                version, a loose index scan finds the workflow's
- *                                versions and each contributes its newest keys
- *                                (one range per version)
+ *                                one range per version (the one asked for, or each
+ *                                one a loose index scan finds), read in the index's
+ *                                own order
  *   failed, errored, cancelled   ledger_runs_unsuccessful_idx (only runs that
  *                                ended without success have an entry); with a
  *                                workflow, ledger_runs_unsuccessful_workflow_idx
@@ -162,40 +161,32 @@ function newestQuery(text: SqlText, filter: ListRunsFilter): string {
   const viaWorkflow = filter.workflow !== undefined && !statusIndexFirst(filter);
   const { version, ...unversioned } = filter;
   const where = [filters(text, viaWorkflow ? unversioned : filter)];
+  if (filter.status !== undefined) where.push(statusCondition(filter.status, text.now()));
   if (filter.cursor !== undefined) {
     const [at, scope, key] = decodeCursor(filter.cursor);
     where.push(`(l.created_at, l.scope, l.key) < (${text.param(at)}::timestamptz, ${text.param(scope)}::text, ${text.param(key)}::text)`);
   }
-  const status = filter.status === undefined ? undefined : statusCondition(filter.status, text.now());
   const limit = text.param(filter.limit + 1);
   if (!viaWorkflow) {
-    return `select ${columns(text)} from stepkey.ledger l where ${[...where, ...(status ? [status] : [])].join(' and ')} ${order} limit ${limit}`;
+    return `select ${columns(text)} from stepkey.ledger l where ${where.join(' and ')} ${order} limit ${limit}`;
   }
   // A workflow, unless a status index is the narrower way in: one range of
   // ledger_runs_workflow_idx per version (the one asked for, or each one a loose index scan
   // finds), read newest first. Left to itself the planner may walk ledger_runs_created_idx
   // instead and filter by workflow — cheap by its estimates, which take the workflow's runs as
-  // spread evenly over time; thousands of pages for an old version. So, with no status, the
-  // page's keys are read from the workflow index alone (an index-only scan: every condition is on
-  // its columns) and then their rows; with a status (which needs the row), the version is a range
-  // (>= and <=, not =, so that it stays a sort key) and the rows come in (version, created_at,
-  // scope, key) order, which the workflow index gives as it is and the created index only by
-  // sorting the whole workflow.
+  // spread evenly over time; thousands of pages for an old version. So the version is a range
+  // (>= and <=: compared with =, the lateral's version counts as a constant and drops out of the
+  // sort), and the rows are asked for in (version, created_at, scope, key) order, which the
+  // workflow index gives as it is and the created index only by sorting the whole workflow.
   const versions = version !== undefined ? `with versions(v) as (select ${text.param(version)}::int)` : loosely(text.param(filter.workflow));
-  const keys = `
-         select l.scope, l.key, l.created_at as at from stepkey.ledger l
-          where ${where.join(' and ')} and l.version = versions.v
-          order by l.created_at desc, l.scope desc, l.key desc limit ${limit}`;
-  const range = status
-    ? `select ${columns(text)} from stepkey.ledger l
-        where ${where.join(' and ')} and ${status} and l.version >= versions.v and l.version <= versions.v
-        order by l.version desc, l.created_at desc, l.scope desc, l.key desc limit ${limit}`
-    : `select ${columns(text)} from (${keys}) k join stepkey.ledger l on l.scope = k.scope and l.key = k.key
-        order by k.at desc, k.scope desc, k.key desc limit ${limit}`;
   return `
     ${versions}
     select newest.* from versions
-     cross join lateral (${range}) newest
+     cross join lateral (
+       select ${columns(text)} from stepkey.ledger l
+        where ${where.join(' and ')} and l.version >= versions.v and l.version <= versions.v
+        order by l.version desc, l.created_at desc, l.scope desc, l.key desc limit ${limit}
+     ) newest
      where versions.v is not null
      ${order} limit ${limit}`;
 }
