@@ -12,8 +12,8 @@
  * its run at once, not at the next sweep.
  *
  * The same ref again after its run failed resumes it: the claim's takeover
- * is turned by the database into a park waiting for a slot (flow_requeue,
- * migration 0009), and the queue is dispatched in the same transaction —
+ * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
+ * queue is dispatched in the same transaction —
  * the resumed run starts at once only if a slot is free (`requeued`).
  */
 import type { Sql } from '../db/connect.js';

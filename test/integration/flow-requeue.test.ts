@@ -6,7 +6,9 @@
  * while another run holds the queue's only slot, never runs beside it, and
  * completes once the holder ends, with its finished steps replayed. A failed
  * run holds no slot and is not dispatched; an expired one leaves the queue;
- * an entry written before migration 0009 behaves.
+ * an entry written before migration 0009 behaves, and one failed before
+ * migration 0014 (which moved the park from a trigger into the resuming
+ * writes) resumes into a slot after it.
  */
 import postgres from 'postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -252,6 +254,27 @@ describe('a failed queued run that is resumed', () => {
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
   });
 
+  it('is never taken back into progress by another write: the database refuses it, and nothing changes', async () => {
+    const e = engine();
+    const prefix = uniqueKey('rq-guard');
+    const refs = await failedBehindHolder(e, prefix);
+    // What an earlier release's takeover wrote (its trigger parked the run): a lease, in progress.
+    const refused = await db().sql`
+      update stepkey.ledger set status = 'in_progress', lease_token = gen_random_uuid(), locked_until = now() + interval '1 minute',
+                                attempts = attempts + 1
+       where scope = ${refs.failed.scope} and key = ${refs.failed.key}`.then(
+      () => 'applied',
+      (error: unknown) => String((error as Error).message),
+    );
+    expect(refused).toMatch(/a failed run on a queue resumes by waiting for a slot \(status waiting, wait_kind slot\), not in progress/);
+    expect(await status(db().sql, refs.failed)).toEqual({ status: 'failed', wait_kind: null, lease_token: null });
+    expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 1, entries: 2 });
+    expect((await listQueues(db().sql, { queue: 'rq-single' }))[0]).toMatchObject({ waiting: 0, running: 1 });
+    // Resumed the way stepkey resumes it, it waits for the slot as before.
+    expect(await e.resume(refs.failed)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
+    await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
   it('that expired leaves the queue: the key enqueued again is a new run; a purge takes the entry with the run', async () => {
     const e = engine(db(), { retentionMs: 60_000 });
     const prefix = uniqueKey('rq-expired');
@@ -272,6 +295,51 @@ describe('a failed queued run that is resumed', () => {
     await purgeExpiredRows(db().sql, e.clock, 100);
     expect(await status(db().sql, purged)).toBeUndefined();
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+  });
+});
+
+describe('an upgrade to migration 0014', () => {
+  const empty = useEmptyDatabase('requeue_upgrade_0014');
+  afterAll(() => {
+    current = db;
+  });
+
+  it('resumes a queued run that failed before it into a slot, and a run in flight before it ends', async () => {
+    const url = await empty();
+    // stepkey's migrations up to 0013: the ledger still has the trigger that parked a resumed run.
+    await migrateBefore(url, '0014');
+    const before = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade_0014' });
+    current = () => before;
+    const ref = { scope: 'acme', key: uniqueKey('rq-up14') };
+    const inFlight = { scope: 'acme', key: `${ref.key}-in-flight` };
+    try {
+      await createIntervals(before.sql);
+      const e = engine(before);
+      failing.add(ref.key);
+      await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
+      // A run holding the slot across the upgrade, at its gate.
+      await e.enqueue(flaky, inFlight, { id: inFlight.key, hold: true }, { queue: single });
+      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length, { timeout: 10_000 }).toBe(1);
+      failing.delete(ref.key);
+
+      await migrate(url);
+      const triggers = await before.sql<{ name: string }[]>`
+        select tgname as name from pg_trigger where tgrelid = 'stepkey.ledger'::regclass and not tgisinternal order by tgname`;
+      expect(triggers.map((t) => t.name)).toEqual(['ledger_flow_forget', 'ledger_flow_release', 'ledger_flow_resume_guard', 'ledger_limit_release']);
+      expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
+      expect(await status(before.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+      gate(inFlight.key).open();
+      await waitForRunsToEnd(before.sql, ref.key, 30_000);
+      expect(await status(before.sql, ref)).toMatchObject({ status: 'completed' });
+      expect(await status(before.sql, inFlight)).toMatchObject({ status: 'completed' });
+      expect(prepared.get(ref.key)).toBe(1);
+      expect(worked.get(ref.key)).toBe(1);
+      expect(maxOverlap(await readIntervals(before.sql, ref.key)).overall).toBe(1);
+      expect(await slotsHeld(before.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+    } finally {
+      await Promise.all(engines.splice(0).map((made) => made.shutdown({ timeoutMs: 5_000 })));
+      await before.close();
+    }
   });
 });
 

@@ -11,10 +11,11 @@
  * that took the key over and still works holds that lock — the answer is then
  * no row, and the claim reports "in progress".
  *
- * A failed run on a queue is not taken into progress: the database's
- * flow_requeue trigger (migration 0009) turns the same write into a park
- * waiting for a slot, and the row comes back `waiting` — the claim reports
- * it so, and the queue's dispatch starts the run.
+ * A failed run on a queue is not taken into progress: the same statement
+ * parks it waiting for a slot and puts its queue entry back in line, and the
+ * row comes back `waiting` — the claim reports it so, and the queue's
+ * dispatch starts the run (the database refuses the other way: migration
+ * 0014's ledger_flow_resume_guard).
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
@@ -24,7 +25,7 @@ export interface TakenOver {
   attempts: number;
   rootKey: string | null;
   version: number | null;
-  /** Parked for a slot by flow_requeue instead (a failed run on a queue): the caller holds no lease. */
+  /** Parked for a slot instead (a failed run on a queue): the caller holds no lease. */
   requeued: boolean;
   waitKind: string | null;
   waitStep: string | null;
@@ -40,20 +41,39 @@ export async function takeoverRow(
 ): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
   const rows = await q<TakenOver[]>`
-    update stepkey.ledger
-       set status = 'in_progress',
-           lease_token = ${token}::uuid,
-           locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-           attempts = attempts + 1,
-           expires_at = null,
-           updated_at = ${now}
-     where scope = ${request.scope} and key = ${request.key}
-       and fingerprint = ${request.fingerprint}
-       and ((status = 'in_progress' and locked_until <= ${now}) or status = 'failed')
-       and (expires_at is null or expires_at > ${now})
-       and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
-    returning attempts, root_key as "rootKey", version, status = 'waiting' as requeued,
-              wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"`;
+    with line as (
+      -- A failed run's queue entry, marked failed when it failed (flow_release): only a failed run has one.
+      select (select e.queue from stepkey.queue_entries e
+               where e.scope = ${request.scope} and e.key = ${request.key} and e.failed) as queue
+    ), taken as (
+      update stepkey.ledger l
+         set status = case when line.queue is null then 'in_progress' else 'waiting' end,
+             lease_token = case when line.queue is null then ${token}::uuid end,
+             locked_until = case when line.queue is null then ${now} + ${leaseMs}::float8 * interval '1 millisecond' end,
+             wait_kind = case when line.queue is null then l.wait_kind else 'slot' end,
+             wait_step = case when line.queue is null then l.wait_step else 'queue:' || line.queue end,
+             wait_for = case when line.queue is null then l.wait_for else line.queue end,
+             wake_at = case when line.queue is null then l.wake_at end,
+             attempts = l.attempts + 1,
+             expires_at = null,
+             updated_at = ${now}
+        from line
+       where l.scope = ${request.scope} and l.key = ${request.key}
+         and l.fingerprint = ${request.fingerprint}
+         and ((l.status = 'in_progress' and l.locked_until <= ${now}) or l.status = 'failed')
+         and (l.expires_at is null or l.expires_at > ${now})
+         and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
+      returning l.attempts, l.root_key, l.version, l.status = 'waiting' as requeued, l.wait_kind, l.wait_step, l.wait_for
+    ), back_in_line as (
+      -- Guarantee: a failed run on a queue resumes only as a park waiting for a slot, its entry
+      -- back in line at its old place (seq unchanged), in the statement that takes it.
+      update stepkey.queue_entries e set failed = false
+       where e.scope = ${request.scope} and e.key = ${request.key} and e.failed
+         and (select requeued from taken)
+    )
+    select attempts, root_key as "rootKey", version, requeued,
+           wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"
+      from taken`;
   return rows[0];
 }
 
