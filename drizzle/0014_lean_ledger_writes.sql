@@ -74,8 +74,8 @@ END $$;
 --    completion, park, wake or lease renewal), whatever its WHEN says. flow_requeue turned a
 --    write that resumed a failed queued run into a park waiting for a slot; the two writes that
 --    resume a failed run (a claim's takeover, an operator's resume) now park it themselves, in
---    the same statement (src/ledger/sql/takeover.ts, src/actions/sql/make-due.ts), and this
---    guard refuses any other.
+--    the same statement (src/flow/sql/requeue.ts, in src/ledger/sql/takeover.ts and
+--    src/actions/sql/make-due.ts), and this guard refuses any other.
 DROP TRIGGER "ledger_flow_requeue" ON "stepkey"."ledger";
 --> statement-breakpoint
 DROP FUNCTION "stepkey"."flow_requeue"();

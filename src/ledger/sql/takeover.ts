@@ -12,14 +12,14 @@
  * no row, and the claim reports "in progress".
  *
  * A failed run on a queue is not taken into progress: the same statement
- * parks it waiting for a slot and puts its queue entry back in line, and the
- * row comes back `waiting` — the claim reports it so, and the queue's
- * dispatch starts the run (the database refuses the other way: migration
- * 0014's ledger_flow_resume_guard).
+ * parks it waiting for a slot and puts its queue entry back in line
+ * (flow/sql/requeue.ts), and the row comes back `waiting` — the claim
+ * reports it so, and the queue's dispatch starts the run.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { ClaimRequest } from '../types.js';
+import { backInLine, lineOf, resumedSet } from '../../flow/sql/requeue.js';
 
 export interface TakenOver {
   attempts: number;
@@ -41,19 +41,10 @@ export async function takeoverRow(
 ): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
   const rows = await q<TakenOver[]>`
-    with line as (
-      -- A failed run's queue entry, marked failed when it failed (flow_release): only a failed run has one.
-      select (select e.queue from stepkey.queue_entries e
-               where e.scope = ${request.scope} and e.key = ${request.key} and e.failed) as queue
+    with line as (${lineOf(q, request.scope, request.key)}
     ), taken as (
       update stepkey.ledger l
-         set status = case when line.queue is null then 'in_progress' else 'waiting' end,
-             lease_token = case when line.queue is null then ${token}::uuid end,
-             locked_until = case when line.queue is null then ${now} + ${leaseMs}::float8 * interval '1 millisecond' end,
-             wait_kind = case when line.queue is null then l.wait_kind else 'slot' end,
-             wait_step = case when line.queue is null then l.wait_step else 'queue:' || line.queue end,
-             wait_for = case when line.queue is null then l.wait_for else line.queue end,
-             wake_at = case when line.queue is null then l.wake_at end,
+         set ${resumedSet(q, { token: q`${token}::uuid`, lockedUntil: q`${now} + ${leaseMs}::float8 * interval '1 millisecond'` })},
              attempts = l.attempts + 1,
              expires_at = null,
              updated_at = ${now}
@@ -64,12 +55,7 @@ export async function takeoverRow(
          and (l.expires_at is null or l.expires_at > ${now})
          and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
       returning l.attempts, l.root_key, l.version, l.status = 'waiting' as requeued, l.wait_kind, l.wait_step, l.wait_for
-    ), back_in_line as (
-      -- Guarantee: a failed run on a queue resumes only as a park waiting for a slot, its entry
-      -- back in line at its old place (seq unchanged), in the statement that takes it.
-      update stepkey.queue_entries e set failed = false
-       where e.scope = ${request.scope} and e.key = ${request.key} and e.failed
-         and (select requeued from taken)
+    ), back_in_line as (${backInLine(q, request.scope, request.key, 'taken')}
     )
     select attempts, root_key as "rootKey", version, requeued,
            wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"

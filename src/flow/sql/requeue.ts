@@ -1,0 +1,50 @@
+/**
+ * Requeue: a failed run on a queue, resumed, goes back in line for a slot.
+ * The two writes that resume a failed run — a claim's takeover
+ * (ledger/sql/takeover.ts) and the operator's resume (actions/sql/make-due.ts)
+ * — are built from these parts, as CTEs of one statement:
+ *
+ *   line          the run's queue entry if it is marked failed (flow_release
+ *                 marks it when the run fails; only a failed run has one)
+ *   resumedSet    the SET of the resuming UPDATE (`from line`): in progress
+ *                 under the lease given, or — with an entry in line — parked
+ *                 waiting for a slot, with no lease
+ *   backInLine    the entry put back in line, when that UPDATE parked the run
+ *
+ * Guarantee: a failed run on a queue resumes only as a park waiting for a
+ * slot (wait_kind 'slot', no lease), its entry back in line at its old place
+ * (seq unchanged), in the statement that resumes it; the queue's dispatch
+ * alone starts it then. The database refuses the other way
+ * (ledger_flow_resume_guard, migration 0014).
+ */
+import type postgres from 'postgres';
+import type { Queryable } from '../../db/connect.js';
+
+type Fragment = postgres.PendingQuery<postgres.Row[]>;
+
+/** The body of the `line` CTE: one row, the queue of the run's failed entry or null. */
+export function lineOf(q: Queryable, scope: string, key: string): Fragment {
+  return q`
+    select (select e.queue from stepkey.queue_entries e
+             where e.scope = ${scope} and e.key = ${key} and e.failed) as queue`;
+}
+
+/** The SET list of the resuming UPDATE of ledger row `l`, joined to `line`. */
+export function resumedSet(q: Queryable, lease: { token: Fragment; lockedUntil: Fragment }): Fragment {
+  return q`
+    status = case when line.queue is null then 'in_progress' else 'waiting' end,
+    lease_token = case when line.queue is null then ${lease.token} end,
+    locked_until = case when line.queue is null then ${lease.lockedUntil} end,
+    wait_kind = case when line.queue is null then l.wait_kind else 'slot' end,
+    wait_step = case when line.queue is null then l.wait_step else 'queue:' || line.queue end,
+    wait_for = case when line.queue is null then l.wait_for else line.queue end,
+    wake_at = case when line.queue is null then l.wake_at end`;
+}
+
+/** The body of the CTE that puts the entry back in line when `resumed` (a CTE returning `requeued`) parked the run. */
+export function backInLine(q: Queryable, scope: string, key: string, resumed: string): Fragment {
+  return q`
+    update stepkey.queue_entries e set failed = false
+     where e.scope = ${scope} and e.key = ${key} and e.failed
+       and (select requeued from ${q(resumed)})`;
+}
