@@ -14,13 +14,17 @@ import postgres from 'postgres';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { operatorActions } from '../../src/actions/operator-actions.js';
+import { systemClock } from '../../src/db/clock.js';
 import { connect, type Database } from '../../src/db/connect.js';
 import { migrate } from '../../src/db/migrate.js';
 import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
 import { purposeFingerprint } from '../../src/keys/fingerprint.js';
+import { claimKey } from '../../src/ledger/claim.js';
 import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
+import { takeoverRow } from '../../src/ledger/sql/takeover.js';
+import { makeRunDue } from '../../src/actions/sql/make-due.js';
 import { listQueues } from '../../src/read/sql/queues.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/workflow/engine.js';
@@ -273,6 +277,58 @@ describe('a failed queued run that is resumed', () => {
     // Resumed the way stepkey resumes it, it waits for the slot as before.
     expect(await e.resume(refs.failed)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
     await expectWaitsThenCompletes(e, prefix, refs);
+  });
+
+  it('while its stalled holder fails it, is not written into progress by a takeover or a resume that waited: read again, it is parked', async () => {
+    // A stuck run (lease run out, slot held), whose stalled holder fails it while a takeover and an
+    // operator's resume, both decided on the stuck row, wait for its row lock.
+    await db().sql`insert into stepkey.queues (name, concurrency) values ('rq-race-fail', 1) on conflict do nothing`;
+    for (const how of ['takeover', 'resume'] as const) {
+      const ref = { scope: 'acme', key: uniqueKey(`rq-stalled-${how}`) };
+      const fingerprint = `fp-${ref.key}`;
+      const holderToken = crypto.randomUUID();
+      await db().sql`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts, version, input, root_key)
+        values (${ref.scope}, ${ref.key}, 'run', 'rq-flaky', ${fingerprint}, 'in_progress', ${holderToken}::uuid, now() - interval '1 second', 1, 1,
+                ${JSON.stringify({ id: ref.key })}, ${newRootKey(ref.scope, ref.key)})`;
+      await db().sql`
+        insert into stepkey.queue_entries (scope, key, queue, partition, holding, granted_at, granted_token)
+        values (${ref.scope}, ${ref.key}, 'rq-race-fail', '', true, now(), ${holderToken}::uuid)`;
+      const holder = await db().sql.reserve();
+      try {
+        const pid = (await holder<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]!.pid;
+        await holder`begin`;
+        // The holder's failure, as finish.ts writes it (fenced by its token): flow_release marks the entry failed.
+        await holder`update stepkey.ledger set status = 'failed', lease_token = null, locked_until = null, updated_at = now()
+                      where scope = ${ref.scope} and key = ${ref.key} and lease_token = ${holderToken}::uuid`;
+        const request = { ...ref, fingerprint, kind: 'run' as const, name: 'rq-flaky' };
+        const racing =
+          how === 'takeover'
+            ? takeoverRow(db().sql, systemClock, request, crypto.randomUUID(), 30_000)
+            : makeRunDue(db().sql, systemClock, ref);
+        // It waits for the holder's row lock.
+        await expect.poll(async () => (await db().sql`
+          select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n, { timeout: 10_000 }).toBe(1);
+        await holder`commit`;
+        if (how === 'takeover') expect(await racing).toBeUndefined();
+        else expect(await racing).toEqual({ applied: false, busy: false, expired: false });
+        expect(await status(db().sql, ref)).toEqual({ status: 'failed', wait_kind: null, lease_token: null });
+        // Read again, the failed run is parked for a slot, its entry back in line.
+        if (how === 'takeover') {
+          expect(await claimKey(db().sql, systemClock, request, { leaseMs: 30_000 })).toMatchObject({ state: 'waiting', resumed: true, wait: { kind: 'slot' } });
+        } else {
+          expect(await makeRunDue(db().sql, systemClock, ref)).toEqual({ applied: true, busy: false, expired: false });
+        }
+        expect(await status(db().sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+        expect((await db().sql`select failed, holding from stepkey.queue_entries where scope = ${ref.scope} and key = ${ref.key}`)[0]).toEqual({
+          failed: false,
+          holding: false,
+        });
+      } finally {
+        holder.release();
+      }
+      await db().sql`delete from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
+    }
   });
 
   it('that expired leaves the queue: the key enqueued again is a new run; a purge takes the entry with the run', async () => {

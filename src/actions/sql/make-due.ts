@@ -33,7 +33,7 @@ export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promi
   const [row] = await q<MadeDue[]>`
     with lock as materialized (
       select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)) as held
-    ), line as (${lineOf(q, ref.scope, ref.key)}
+    ), line as materialized (${lineOf(q, ref.scope, ref.key)}
     ), made as (
       update stepkey.ledger l
          set ${resumedSet(q, { token: q`gen_random_uuid()`, lockedUntil: now })},
@@ -42,6 +42,7 @@ export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promi
         from line
        where l.scope = ${ref.scope} and l.key = ${ref.key} and l.kind = 'run'
          and (l.status = 'failed' or (l.status = 'in_progress' and l.locked_until <= ${now}))
+         and l.status = line.status
          and (l.expires_at is null or l.expires_at > ${now})
          and (select held from lock)
       returning l.status = 'waiting' as requeued

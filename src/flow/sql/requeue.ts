@@ -4,12 +4,19 @@
  * (ledger/sql/takeover.ts) and the operator's resume (actions/sql/make-due.ts)
  * — are built from these parts, as CTEs of one statement:
  *
- *   line          the run's queue entry if it is marked failed (flow_release
- *                 marks it when the run fails; only a failed run has one)
+ *   line          (materialized) the run's status as the statement's
+ *                 snapshot saw it, and — when that is failed — the queue of
+ *                 its entry if the entry is marked failed (flow_release marks
+ *                 it when the run fails)
  *   resumedSet    the SET of the resuming UPDATE (`from line`): in progress
- *                 under the lease given, or — with an entry in line — parked
- *                 waiting for a slot, with no lease
+ *                 under the lease given, or — with an entry to put back —
+ *                 parked waiting for a slot, with no lease
  *   backInLine    the entry put back in line, when that UPDATE parked the run
+ *
+ * The resuming UPDATE also requires `l.status = line.status`: what it decided
+ * from the snapshot holds for the row it writes. A row whose status changed
+ * meanwhile (a stuck run failed by its stalled holder, whose entry is now
+ * marked failed) is not written; the caller reads it again.
  *
  * Guarantee: a failed run on a queue resumes only as a park waiting for a
  * slot (wait_kind 'slot', no lease), its entry back in line at its old place
@@ -22,11 +29,15 @@ import type { Queryable } from '../../db/connect.js';
 
 type Fragment = postgres.PendingQuery<postgres.Row[]>;
 
-/** The body of the `line` CTE: one row, the queue of the run's failed entry or null. */
+/** The body of the `line` CTE (materialized): the run's status and, for a failed run, its failed entry's queue or null. */
 export function lineOf(q: Queryable, scope: string, key: string): Fragment {
   return q`
-    select (select e.queue from stepkey.queue_entries e
-             where e.scope = ${scope} and e.key = ${key} and e.failed) as queue`;
+    select r.status,
+           case when r.status = 'failed' then
+             (select e.queue from stepkey.queue_entries e where e.scope = ${scope} and e.key = ${key} and e.failed)
+           end as queue
+      from stepkey.ledger r
+     where r.scope = ${scope} and r.key = ${key}`;
 }
 
 /** The SET list of the resuming UPDATE of ledger row `l`, joined to `line`. */

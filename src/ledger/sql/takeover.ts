@@ -41,7 +41,7 @@ export async function takeoverRow(
 ): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
   const rows = await q<TakenOver[]>`
-    with line as (${lineOf(q, request.scope, request.key)}
+    with line as materialized (${lineOf(q, request.scope, request.key)}
     ), taken as (
       update stepkey.ledger l
          set ${resumedSet(q, { token: q`${token}::uuid`, lockedUntil: q`${now} + ${leaseMs}::float8 * interval '1 millisecond'` })},
@@ -52,6 +52,7 @@ export async function takeoverRow(
        where l.scope = ${request.scope} and l.key = ${request.key}
          and l.fingerprint = ${request.fingerprint}
          and ((l.status = 'in_progress' and l.locked_until <= ${now}) or l.status = 'failed')
+         and l.status = line.status
          and (l.expires_at is null or l.expires_at > ${now})
          and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
       returning l.attempts, l.root_key, l.version, l.status = 'waiting' as requeued, l.wait_kind, l.wait_step, l.wait_for
