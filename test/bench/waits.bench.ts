@@ -46,7 +46,7 @@ async function count(db: Database, sql: string): Promise<number> {
 }
 
 async function parkedCost(db: Database): Promise<(string | number)[][]> {
-  const engine = createEngine({ database: db, workflows: [napper], onError: () => {} });
+  const engine = createEngine({ database: db, workflows: [napper], onError: () => {}, logger: false });
   const connections = () => count(db, `select count(*)::int as n from pg_stat_activity where datname = current_database()`);
   global.gc?.();
   const before = { connections: await connections(), heap: process.memoryUsage().heapUsed, rss: process.memoryUsage().rss };
@@ -69,7 +69,7 @@ async function parkedCost(db: Database): Promise<(string | number)[][]> {
 /** `runs` runs sleeping until one instant; a worker's sweeper wakes them. */
 async function wakeLatency(db: Database, runs: number): Promise<{ p50: number; p99: number; drainMs: number }> {
   await db.sql`truncate bench_wakes`;
-  const starter = createEngine({ database: db, workflows: [napper], onError: () => {} });
+  const starter = createEngine({ database: db, workflows: [napper], onError: () => {}, logger: false });
   const until = Date.now() + 3_000 + runs * 4;
   const scope = `bench-wake-${runs}`;
   for (let i = 0; i < runs; i += 8) {
@@ -78,7 +78,7 @@ async function wakeLatency(db: Database, runs: number): Promise<{ p50: number; p
     );
   }
   await starter.shutdown();
-  const worker = createEngine({ database: db, workflows: [napper], onError: () => {} });
+  const worker = createEngine({ database: db, workflows: [napper], onError: () => {}, logger: false });
   worker.startSweeper();
   const deadline = Date.now() + 300_000;
   while ((await count(db, `select count(*)::int as n from bench_wakes`)) < runs && Date.now() < deadline) {
@@ -110,14 +110,14 @@ const blocker = defineWorkflow({
 async function sendLatency(db: Database, prompt: boolean, runs: number): Promise<{ p50: number; p99: number }> {
   await db.sql`truncate bench_wakes`;
   const scope = `bench-send-${prompt ? 'prompt' : 'sweep'}`;
-  const starter = createEngine({ database: db, workflows: [listener], onError: () => {} });
+  const starter = createEngine({ database: db, workflows: [listener], onError: () => {}, logger: false });
   for (let i = 0; i < runs; i += 1) await starter.attempt(listener, { scope, key: `listen-${i}` }, {});
   await starter.shutdown();
-  const sender = createEngine({ database: db, workflows: [listener, blocker], onError: () => {}, maxConcurrentRuns: prompt ? 8 : 1 });
+  const sender = createEngine({ database: db, workflows: [listener, blocker], onError: () => {}, logger: false, maxConcurrentRuns: prompt ? 8 : 1 });
   let worker: Engine | undefined;
   if (!prompt) {
     await sender.start(blocker, { scope, key: 'busy' }, {});
-    worker = createEngine({ database: db, workflows: [listener], onError: () => {} });
+    worker = createEngine({ database: db, workflows: [listener], onError: () => {}, logger: false });
     worker.startSweeper();
   }
   for (let i = 0; i < runs; i += 1) {
