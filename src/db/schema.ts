@@ -385,7 +385,7 @@ export const queueEntries = stepkeySchema.table(
     grantedAt: at('granted_at'),
     /** The lease token the slot was granted with (a takeover keeps the slot under its new token). */
     grantedToken: uuid('granted_token'),
-    /** The run failed (resumable): no slot, not dispatched, until a resume puts it back in line (ledger/sql/takeover.ts, actions/sql/make-due.ts). */
+    /** The run failed (resumable): no slot, not dispatched, until a resume puts it back in line (flow/sql/requeue.ts). */
     failed: boolean('failed').notNull().default(false),
   },
   (t) => [

@@ -89,7 +89,7 @@ export class Dispatcher {
 
   /**
    * A claim outside enqueue (start, attempt, run, resume) resumed a failed
-   * run that is on a queue: the database parked it for a slot. Dispatches
+   * run that is on a queue: its takeover parked it for a slot (flow/sql/requeue.ts). Dispatches
    * its queue now, so that it starts at once here if a slot is free.
    */
   afterRequeue(claim: ClaimResult): void {
