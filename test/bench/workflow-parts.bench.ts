@@ -24,6 +24,13 @@
  *     savepoint        LOCAL, which the engine sends after the run's claim
  *                      in the first transaction
  *   engine             engine.run of the 3-step workflow
+ *   engine, bare       the same on a ledger stripped to its primary key (no
+ *     ledger           secondary index, row check or trigger): what the rest
+ *                      of the schema costs a run (a what-if, not a schema)
+ *
+ * Each row also gives the Node CPU per run (this process, user + system),
+ * the median of its repetitions: the layers' JavaScript, postgres.js's
+ * included, where the ratio to the ceiling is both processes' work.
  *
  * The gaps between neighbouring rows are the costs of one layer each.
  */
@@ -149,7 +156,25 @@ function engineSql(sql: Sql, throughTransaction: boolean, startSavepoint = false
   };
 }
 
-const layers: { label: string; op: (db: Database, engine: ReturnType<typeof createEngine>) => Op }[] = [
+/**
+ * A what-if for the engine.run layer: the ledger stripped to its primary key — no secondary
+ * index, no row check, no trigger — what the rest of the schema costs the run.
+ */
+async function stripLedger(db: Database): Promise<void> {
+  const indexes = await db.sql<{ name: string }[]>`
+    select indexrelid::regclass::text as name from pg_index where indrelid = 'stepkey.ledger'::regclass and not indisprimary`;
+  for (const { name } of indexes) await db.sql.unsafe(`drop index ${name}`);
+  await db.sql`alter table stepkey.ledger drop constraint ledger_row_check`;
+  const triggers = await db.sql<{ name: string }[]>`
+    select tgname as name from pg_trigger where tgrelid = 'stepkey.ledger'::regclass and not tgisinternal`;
+  for (const { name } of triggers) await db.sql.unsafe(`drop trigger ${name} on stepkey.ledger`);
+}
+
+const layers: {
+  label: string;
+  op: (db: Database, engine: ReturnType<typeof createEngine>) => Op;
+  setup?: (db: Database) => Promise<void>;
+}[] = [
   {
     label: '4 bare transactions (the ceiling)',
     op: (db) => async (i) => {
@@ -162,6 +187,11 @@ const layers: { label: string; op: (db: Database, engine: ReturnType<typeof crea
   { label: "the engine's statements through its Transaction", op: (db) => engineSql(db.sql, true) },
   { label: "the same, the start's savepoint in the first", op: (db) => engineSql(db.sql, true, true) },
   { label: '3-step workflow (engine.run)', op: (_db, engine) => (i) => engine.run(threeSteps, { scope, key: `w-${i}` }, { n: i }) },
+  {
+    label: 'the same on a ledger with its primary key only (what-if)',
+    op: (_db, engine) => (i) => engine.run(threeSteps, { scope, key: `w-${i}` }, { n: i }),
+    setup: stripLedger,
+  },
 ];
 
 export async function workflowPartsBench(options: { ops: number; runs: number }): Promise<void> {
@@ -170,7 +200,7 @@ export async function workflowPartsBench(options: { ops: number; runs: number })
   try {
     const rows: (string | number)[][] = [];
     for (const concurrency of [1, 32]) {
-      const results = layers.map((): Measurement[] => []);
+      const results = layers.map((): (Measurement & { nodeCpuMs: number })[] => []);
       for (let repetition = 0; repetition < repetitions; repetition += 1) {
         for (const [index, layer] of layers.entries()) {
           const fresh = await database.fresh();
@@ -186,9 +216,13 @@ export async function workflowPartsBench(options: { ops: number; runs: number })
                            outcome text, outcome_ok boolean, attempts int not null default 1, expires_at timestamptz,
                            created_at timestamptz not null default now(), updated_at timestamptz not null default now(),
                            completed_at timestamptz, primary key (scope, key))`;
+            await layer.setup?.(db);
             const op = layer.op(db, engine);
             await measure(200, concurrency, (i) => op(1_000_000 + i));
-            results[index]!.push(await measure(options.ops, concurrency, op));
+            const cpu = process.cpuUsage();
+            const measured = await measure(options.ops, concurrency, op);
+            const used = process.cpuUsage(cpu);
+            results[index]!.push({ ...measured, nodeCpuMs: (used.user + used.system) / 1000 / options.ops });
           } finally {
             await engine.shutdown();
             await db.close();
@@ -196,16 +230,18 @@ export async function workflowPartsBench(options: { ops: number; runs: number })
           }
         }
       }
-      const medians = results.map((all) => [...all].sort((a, b) => a.opsPerSecond - b.opsPerSecond)[Math.floor(all.length / 2)]!);
+      const median = <T>(all: T[], by: (m: T) => number) => [...all].sort((a, b) => by(a) - by(b))[Math.floor(all.length / 2)]!;
+      const medians = results.map((all) => median(all, (m) => m.opsPerSecond));
       const ceiling = medians[0]!;
       for (const [index, layer] of layers.entries()) {
         const m = medians[index]!;
-        rows.push([`${layer.label}, c=${concurrency}`, m.opsPerSecond, m.p50Ms, m.p99Ms, (m.opsPerSecond / ceiling.opsPerSecond).toFixed(2)]);
+        const cpu = median(results[index]!, (r) => r.nodeCpuMs).nodeCpuMs;
+        rows.push([`${layer.label}, c=${concurrency}`, m.opsPerSecond, m.p50Ms, m.p99Ms, (m.opsPerSecond / ceiling.opsPerSecond).toFixed(2), cpu.toFixed(3)]);
       }
     }
     printTable(
       `Where a 3-step run's time goes (${options.ops} runs per measurement; median of ${repetitions}, layers taken in turns, each on a fresh database)`,
-      ['layer', 'runs/s', 'p50 ms', 'p99 ms', 'vs ceiling'],
+      ['layer', 'runs/s', 'p50 ms', 'p99 ms', 'vs ceiling', 'Node CPU ms/run'],
       rows,
     );
   } finally {
