@@ -24,6 +24,7 @@ import { claimKey } from '../ledger/claim.js';
 import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
 import { parkStatement } from '../workflow/waits/sql/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
+import { slotWait } from './slot-wait.js';
 import { dispatchedRuns, type DispatchedRun } from './sql/dispatch.js';
 import { insertEntryStatement, type EntryValues } from './sql/enqueue.js';
 
@@ -52,11 +53,6 @@ export type Enqueued = {
   /** The claim resumed a failed run: it is back in line for a slot. */
   requeued: boolean;
 };
-
-/** The wait of a queued run, as the ledger records it. */
-export function slotWait(queue: string) {
-  return { kind: 'slot' as const, step: `queue:${queue}`, for: queue, wakeAtMs: null };
-}
 
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   await flow.ready();

@@ -23,12 +23,13 @@
 import { TRPCError } from '@trpc/server';
 import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
 import type { Queue } from '../flow/define-queue.js';
+import { slotWait } from '../flow/slot-wait.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { Engine, RunHandle } from '../workflow/engine.js';
 import type { Workflow } from '../workflow/define.js';
 import { decodeRunResult, REVIEW_RETRY_AFTER_MS } from '../workflow/outcomes.js';
 import type { RunInfo } from '../workflow/run-info.js';
-import type { RunWaitView } from '../workflow/waits/wait.js';
+import { waitView, type RunWaitView } from '../workflow/waits/wait.js';
 import { trpcErrorFromStored } from './error-policy.js';
 import { internalServerError, type ErrorReport } from './internal-error.js';
 import { inProgress, markReplayed, mismatch, type KeyUse } from './keyed-request.js';
@@ -96,7 +97,7 @@ export async function answerQueued<Ctx>(call: QueuedCall<Ctx>): Promise<QueuedAn
   }
   if (handle.started && handle.queued) {
     // The queue is full: the run waits for a slot. What a repeat will answer too.
-    return { kind: 'accepted', wait: { kind: 'slot', step: `queue:${call.queue}`, until: null, for: call.queue }, replayed: false };
+    return { kind: 'accepted', wait: waitView(slotWait(call.queue)), replayed: false };
   }
   if (handle.started) return executedHere(call, handle);
   // The key already had its run: answer from what the ledger holds.

@@ -26,6 +26,7 @@
  */
 import type postgres from 'postgres';
 import type { Queryable } from '../../db/connect.js';
+import { SLOT_WAIT_STEP_PREFIX } from '../slot-wait.js';
 
 type Fragment = postgres.PendingQuery<postgres.Row[]>;
 
@@ -47,7 +48,7 @@ export function resumedSet(q: Queryable, lease: { token: Fragment; lockedUntil: 
     lease_token = case when line.queue is null then ${lease.token} end,
     locked_until = case when line.queue is null then ${lease.lockedUntil} end,
     wait_kind = case when line.queue is null then l.wait_kind else 'slot' end,
-    wait_step = case when line.queue is null then l.wait_step else 'queue:' || line.queue end,
+    wait_step = case when line.queue is null then l.wait_step else ${SLOT_WAIT_STEP_PREFIX}::text || line.queue end,
     wait_for = case when line.queue is null then l.wait_for else line.queue end,
     wake_at = case when line.queue is null then l.wake_at end`;
 }
