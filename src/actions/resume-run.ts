@@ -39,8 +39,10 @@ export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: A
 export function notResumedBecause(result: { previous: RunStatusName; busy: boolean; expired: boolean }): string {
   if (result.busy) return 'another claimant holds its key right now (a retry of its request taking it, say); try again in a moment';
   if (result.expired) return 'its record has expired: a new request under its key starts afresh';
-  if (result.previous === 'failed' || result.previous === 'stuck') {
-    return `it was ${result.previous} a moment ago and has been taken since (a sweeper, or a retry of its request)`;
+  if (result.previous === 'failed') return 'it was failed a moment ago and has been taken since (a sweeper, or a retry of its request)';
+  if (result.previous === 'stuck') {
+    // A stuck run changes either way: another process took it over, or its stalled holder woke and failed it.
+    return 'it was stuck a moment ago and has changed since: taken over (a sweeper, or a retry of its request), or failed by the process that held it — look again, and resume it if it is failed';
   }
   return `the run is ${result.previous}, not failed or stuck`;
 }
