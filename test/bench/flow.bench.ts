@@ -12,7 +12,6 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { createEngine, type Engine } from '../../src/workflow/engine.js';
 import { benchDatabase, measure, medianOf, printTable, type Measurement } from './harness.js';
-import { limitsBench } from './limits.bench.js';
 
 const started = new Map<string, number>();
 
@@ -123,6 +122,5 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
     await Promise.all([first.shutdown(), second.shutdown()]);
     await Promise.all(pools.map((pool) => pool.close()));
     await database.close();
-  }  // Step limits (limits.bench.ts): the cost of a limited step over an unlimited one.
-  await limitsBench(options);
+  }
 }
