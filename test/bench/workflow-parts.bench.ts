@@ -164,7 +164,10 @@ async function stripLedger(db: Database): Promise<void> {
   const indexes = await db.sql<{ name: string }[]>`
     select indexrelid::regclass::text as name from pg_index where indrelid = 'stepkey.ledger'::regclass and not indisprimary`;
   for (const { name } of indexes) await db.sql.unsafe(`drop index ${name}`);
-  await db.sql`alter table stepkey.ledger drop constraint ledger_row_check`;
+  // Every CHECK the table has, whatever a migration named it.
+  const checks = await db.sql<{ name: string }[]>`
+    select conname as name from pg_constraint where conrelid = 'stepkey.ledger'::regclass and contype = 'c'`;
+  for (const { name } of checks) await db.sql.unsafe(`alter table stepkey.ledger drop constraint ${name}`);
   const triggers = await db.sql<{ name: string }[]>`
     select tgname as name from pg_trigger where tgrelid = 'stepkey.ledger'::regclass and not tgisinternal`;
   for (const { name } of triggers) await db.sql.unsafe(`drop trigger ${name} on stepkey.ledger`);
