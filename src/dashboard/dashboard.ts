@@ -11,7 +11,7 @@
  *   GET  /api/{runs,summary,run,key,jobs,queues,workers}?…&since=V   a view, from the shared poll's cache
  *   POST /api/session          sign in with the token;  POST /api/session/end  sign out
  *   POST /api/actions/{cancel,resume,retry}   JSON body; token, CSRF header, same origin
- *   GET  /metrics              Prometheus metrics, when prom-client is installed
+ *   GET  /metrics              Prometheus metrics, when prom-client is installed; read like /api/*
  */
 import { connect, type Database } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
@@ -129,7 +129,10 @@ export function createDashboard(options: DashboardOptions): Dashboard {
       if (!file) return problem(404, 'not_found', 'No such file.');
       return { status: 200, headers: { 'content-type': file.type, 'cache-control': 'public, max-age=31536000, immutable' }, body: file.body };
     }
-    if (method === 'GET' && path === '/metrics' && options.metrics !== false) return serveMetrics();
+    if (method === 'GET' && path === '/metrics' && options.metrics !== false) {
+      if (!auth.access(request).canRead) return problem(401, 'sign_in', 'Metrics need the access token: send it as Authorization: Bearer <token>.');
+      return serveMetrics();
+    }
     if (path === '/api/session') {
       if (method === 'GET') return json(200, session(request));
       if (method === 'POST') return signIn(request, actionDeps);

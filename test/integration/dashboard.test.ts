@@ -179,6 +179,23 @@ describe('with a token', () => {
     expect(await retry.json()).toMatchObject({ applied: false, missed: ['999999'] });
   });
 
+  it('guards /metrics as it guards the API: the token to read, unless reads are public', async () => {
+    const anonymous = await fetch(`${base}/metrics`);
+    expect(anonymous.status).toBe(401);
+    expect(await anonymous.text()).not.toContain('stepkey_');
+    const bearer = await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+    expect(bearer.status).toBe(200);
+    expect(await bearer.text()).toContain('# TYPE stepkey_runs_started_total counter');
+    const cookie = (await fetch(`${base}/api/session`, jsonPost({ token: TOKEN }))).headers.get('set-cookie')!.split(';')[0]!;
+    expect((await fetch(`${base}/metrics`, { headers: { cookie } })).status).toBe(200);
+    const publicRead = createDashboard({ database: db(), token: TOKEN, publicRead: true, onError: () => {} });
+    try {
+      expect((await call(publicRead, '/metrics')).status).toBe(200);
+    } finally {
+      await publicRead.close();
+    }
+  });
+
   it('in read-only mode refuses actions even with the token', async () => {
     const readOnly = createDashboard({ database: db(), token: TOKEN, readOnly: true, onError: () => {} });
     try {
