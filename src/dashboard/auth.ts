@@ -1,9 +1,10 @@
 /**
  * Who may read and who may act.
  *
- *   no token configured   read-only: anyone who reaches the dashboard reads,
- *                         nobody acts (`stepkey dashboard` then binds to a
- *                         loopback address only)
+ *   no token configured   read-only: anyone who reaches the dashboard reads
+ *                         (under a Host name it is served under:
+ *                         host-check.ts), nobody acts (`stepkey dashboard`
+ *                         then binds to a loopback address only)
  *   a token               acting needs it: signed in (a session cookie) or
  *                         sent as `Authorization: Bearer <token>`; reading
  *                         needs it too unless reads are public
@@ -55,6 +56,11 @@ export class DashboardAuth {
 
   get tokenConfigured(): boolean {
     return this.#options.token !== undefined;
+  }
+
+  /** Whether anyone may read, without the token. */
+  get publicRead(): boolean {
+    return this.#options.token === undefined || this.#options.publicRead;
   }
 
   get readOnly(): boolean {

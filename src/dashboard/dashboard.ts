@@ -12,6 +12,9 @@
  *   POST /api/session          sign in with the token;  POST /api/session/end  sign out
  *   POST /api/actions/{cancel,resume,retry}   JSON body; token, CSRF header, same origin
  *   GET  /metrics              Prometheus metrics, when prom-client is installed; read like /api/*
+ *
+ * A dashboard that anyone may read answers only the Host names it is served
+ * under (host-check.ts).
  */
 import { connect, type Database } from '../db/connect.js';
 import { type Clock, systemClock } from '../db/clock.js';
@@ -26,6 +29,7 @@ import type { SessionView } from './api-types.js';
 import { indexHtml, loadBundle, type Bundle } from './assets.js';
 import { DashboardAuth } from './auth.js';
 import { fetchHandler, type FetchHandler } from './fetch-adapter.js';
+import { HostCheck, type AllowedHosts } from './host-check.js';
 import { json, problem, type DashboardRequest, type DashboardResponse } from './http.js';
 import { LiveViews, type LiveStats } from './live-views.js';
 import { nodeHandler, type NodeHandler } from './node-adapter.js';
@@ -40,6 +44,13 @@ export interface DashboardOptions {
   publicRead?: boolean;
   /** No actions at all, even with the token. */
   readOnly?: boolean;
+  /**
+   * The Host names it answers for while anyone may read it (no token, or
+   * publicRead), beside localhost, 127.0.0.1 and [::1]: 'ops.example.com',
+   * '.example.com' (it and every name under it), IP addresses. Any other Host
+   * gets 403. `true`: any Host (behind a proxy that checks it).
+   */
+  allowedHosts?: AllowedHosts;
   /** Where the app mounts it, such as '/ops' (default '/'). */
   basePath?: string;
   /** How often the shared poll asks the database whether anything changed (default 1 000 ms). */
@@ -81,6 +92,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
     readOnly: options.readOnly ?? false,
     cookiePath: basePath,
   });
+  const hosts = new HostCheck(options.allowedHosts, auth.publicRead);
   const pollMs = options.pollMs ?? 1_000;
   const live = new LiveViews(database.sql, clock, { pollMs, onError: (error) => onError(error, 'polling') });
   const viewDeps: ViewDeps = {
@@ -174,7 +186,7 @@ export function createDashboard(options: DashboardOptions): Dashboard {
 
   async function handle(request: DashboardRequest): Promise<DashboardResponse> {
     try {
-      return await route(request);
+      return hosts.refuse(request) ?? (await route(request));
     } catch (caught) {
       const error = errorCode(caught) !== undefined || isConnectionError(caught) ? translateDatabaseError(caught, 'reading for the dashboard') : caught;
       if (isStepkeyError(error)) {

@@ -22,6 +22,8 @@ export function fetchHandler(basePath: string, handle: (request: DashboardReques
         request.headers.forEach((value, name) => {
           headers[name] = value;
         });
+        // Runtimes build the URL from the Host header; without one, the URL's host is the Host.
+        headers.host ??= url.host;
         answer = await handle({
           method: request.method,
           path,

@@ -7,7 +7,7 @@
  * answers' security headers; and the shared poll — ten polling tabs cost one
  * probe per poll interval, and a change reaches them.
  */
-import { createServer, type Server } from 'node:http';
+import { createServer, request as httpRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -51,6 +51,43 @@ async function call(dashboard: Dashboard, path: string, init: RequestInit & { or
   const response = await dashboard.fetch(new Request(`http://127.0.0.1${path}`, { ...init, headers }), { remoteAddress: '127.0.0.1' });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, json: text.startsWith('{') ? JSON.parse(text) : undefined };
+}
+
+/** A GET over real HTTP naming the given Host (or, with null, none at all). */
+function getWithHost(url: string, host: string | null, headers: Record<string, string> = {}): Promise<{ status: number; code: string | undefined }> {
+  const target = new URL(url);
+  return new Promise((resolve, reject) => {
+    const sent = httpRequest(
+      { host: target.hostname, port: target.port, path: `${target.pathname}${target.search}`, headers: host === null ? headers : { ...headers, host }, setHost: false },
+      (response) => {
+        let text = '';
+        response.on('data', (chunk: Buffer) => (text += chunk.toString('utf8')));
+        response.on('end', () => {
+          let code: string | undefined;
+          try {
+            code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
+          } catch {
+            code = undefined;
+          }
+          resolve({ status: response.statusCode ?? 0, code });
+        });
+      },
+    );
+    sent.on('error', reject);
+    sent.end();
+  });
+}
+
+async function serve(dashboard: Dashboard): Promise<{ server: Server; base: string; port: number }> {
+  const server = createServer(dashboard.node);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const { port } = server.address() as AddressInfo;
+  return { server, base: `http://127.0.0.1:${port}`, port };
+}
+
+async function stop(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
 }
 
 const jsonPost = (body: unknown, headers: Record<string, string> = {}) => ({
@@ -210,6 +247,71 @@ describe('with a token', () => {
 
   it('refuses a short token', () => {
     expect(() => createDashboard({ database: db(), token: 'short' })).toThrow(/at least 16 characters/);
+  });
+});
+
+describe('the Host a request names', () => {
+  it('without a token, answers only loopback names and the allowed hosts: anything else is 403 before a read', async () => {
+    const dashboard = createDashboard({ database: db(), onError: () => {} });
+    const { server, base, port } = await serve(dashboard);
+    try {
+      for (const host of ['attacker.example', `attacker.example:${port}`, '127.0.0.1.attacker.example', 'localhost.attacker.example', '[::2]', '10.0.0.1']) {
+        for (const path of ['/api/runs', '/api/session', '/metrics', '/', `/api/run?scope=dash&key=${failedKey}`]) {
+          expect(await getWithHost(`${base}${path}`, host), `${host} ${path}`).toEqual({ status: 403, code: 'host_not_allowed' });
+        }
+      }
+      expect(dashboard.stats.reads).toBe(0);
+      for (const host of ['localhost', `localhost:${port}`, 'LocalHost', '127.0.0.1', `127.0.0.1:${port}`, '[::1]', `[::1]:${port}`]) {
+        expect((await getWithHost(`${base}/api/runs`, host)).status, host).toBe(200);
+      }
+      // HTTP/1.1 without a Host: Node's server refuses it itself; the handler, called without one, too.
+      expect([400, 403]).toContain((await getWithHost(`${base}/api/runs`, null)).status);
+      const bare = await dashboard.handle({ method: 'GET', path: '/api/runs', query: new URLSearchParams(), headers: {}, body: undefined, remoteAddress: '127.0.0.1', secure: false });
+      expect(bare.status).toBe(403);
+    } finally {
+      await stop(server);
+      await dashboard.close();
+    }
+  });
+
+  it('answers the hosts of allowedHosts (a leading dot: the domain and its subdomains), without their port, in any case', async () => {
+    const dashboard = createDashboard({ database: db(), allowedHosts: ['ops.example.test', '.internal.test', '::2'], onError: () => {} });
+    const { server, base, port } = await serve(dashboard);
+    try {
+      for (const host of ['ops.example.test', `OPS.example.test:${port}`, 'internal.test', 'a.b.internal.test', '[::2]:80', 'localhost']) {
+        expect((await getWithHost(`${base}/api/runs`, host)).status, host).toBe(200);
+      }
+      for (const host of ['example.test', 'x.ops.example.test', 'internal.test.attacker.example', 'xinternal.test']) {
+        expect(await getWithHost(`${base}/api/runs`, host), host).toEqual({ status: 403, code: 'host_not_allowed' });
+      }
+    } finally {
+      await stop(server);
+      await dashboard.close();
+    }
+    expect(() => createDashboard({ database: db(), allowedHosts: ['ops example'] })).toThrow(/allowedHosts/);
+    expect(() => createDashboard({ database: db(), allowedHosts: 'ops.example.test' as never })).toThrow(/allowedHosts/);
+  });
+
+  it('with a token that reading needs, answers any Host: the token guards it', async () => {
+    const dashboard = createDashboard({ database: db(), token: TOKEN, onError: () => {} });
+    const { server, base } = await serve(dashboard);
+    try {
+      expect(await getWithHost(`${base}/api/runs`, 'ops.example.test')).toEqual({ status: 401, code: 'sign_in' });
+      expect((await getWithHost(`${base}/api/runs`, 'ops.example.test', { authorization: `Bearer ${TOKEN}` })).status).toBe(200);
+    } finally {
+      await stop(server);
+      await dashboard.close();
+    }
+    const publicRead = createDashboard({ database: db(), token: TOKEN, publicRead: true, onError: () => {} });
+    try {
+      const request = (host: string) => publicRead.fetch(new Request('http://127.0.0.1/api/runs', { headers: { host } }));
+      expect((await request('attacker.example')).status).toBe(403);
+      expect((await request('127.0.0.1')).status).toBe(200);
+      // A fetch-style request without a Host header is checked by its URL's host.
+      expect((await publicRead.fetch(new Request('http://attacker.example/api/runs'))).status).toBe(403);
+    } finally {
+      await publicRead.close();
+    }
   });
 });
 

@@ -2,11 +2,16 @@
  * `stepkey dashboard`: serves the web dashboard (stepkey/dashboard) on its
  * own, until SIGTERM or SIGINT. Bound to 127.0.0.1 unless --host says
  * otherwise; bound anywhere else it needs an access token, which then
- * guards reading too. Without a token it is read-only.
+ * guards reading too. Without a token it is read-only. While anyone may read
+ * it, it answers only the Host names it is served under: loopback names,
+ * the address it listens on, and --allowed-hosts.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { createDashboard } from '../../dashboard/dashboard.js';
+import { allowedHostName } from '../../dashboard/host-check.js';
+import { isStepkeyError } from '../../errors/stepkey-error.js';
 import { loadAppModule } from '../app-module.js';
 import { positiveIntFlag, stringFlag } from '../args.js';
 import { describeUrl, type Command } from '../context.js';
@@ -24,9 +29,13 @@ and /metrics (with prom-client installed). Actions (cancel, resume, retry a job)
 need the access token — --token or STEPKEY_DASHBOARD_TOKEN, at least 16
 characters — and are recorded in the audit log; without a token the dashboard
 is read-only. Bound to 127.0.0.1 by default; bound to any other address the
-token is required, for reading too. It never runs a workflow: a resumed run is
-made due for a worker's sweeper. With --app, the key lookup also shows declared
-steps a run has not recorded.`,
+token is required, for reading too (and /metrics with it). While anyone may
+read it (no token, or bound to a loopback address), it answers only requests
+whose Host is localhost, 127.0.0.1, [::1], the address it listens on or one of
+--allowed-hosts — any other Host gets 403, which closes DNS rebinding: list
+there the names it is reached by (a proxy's, say). It never runs a workflow: a
+resumed run is made due for a worker's sweeper. With --app, the key lookup
+also shows declared steps a run has not recorded.`,
   positionals: [],
   options: {
     port: { type: 'string', value: 'N', description: 'the port (default 4000; 0 picks a free one)' },
@@ -34,6 +43,11 @@ steps a run has not recorded.`,
     token: { type: 'string', value: 'TOKEN', description: 'the access token (default STEPKEY_DASHBOARD_TOKEN)' },
     'read-only': { type: 'boolean', description: 'no actions at all, even with the token' },
     'base-path': { type: 'string', value: 'PATH', description: "serve under this path, behind a proxy (default '/')" },
+    'allowed-hosts': {
+      type: 'string',
+      value: 'NAMES',
+      description: "more Host names to answer while reads are public, comma-separated ('.example.com': it and its subdomains)",
+    },
   },
   async run(context, parsed) {
     const portText = stringFlag(parsed.values, 'port');
@@ -45,6 +59,7 @@ steps a run has not recorded.`,
     if (!local && token === undefined) {
       throw new UsageError(`Bound to ${host}, the dashboard needs an access token: --token or STEPKEY_DASHBOARD_TOKEN.`, 'dashboard');
     }
+    const allowedHosts = [...listenNames(host), ...hostsFlag(stringFlag(parsed.values, 'allowed-hosts'))];
     const url = context.databaseUrl();
     const app = await loadAppModule(context, { required: false });
     const basePath = stringFlag(parsed.values, 'base-path') ?? '/';
@@ -54,6 +69,7 @@ steps a run has not recorded.`,
       publicRead: local,
       readOnly: parsed.values['read-only'] === true,
       basePath,
+      allowedHosts,
       workflows: app?.workflows ?? [],
       onError: (error, where) => context.warn(`stepkey dashboard: ${where}: ${error instanceof Error ? error.message : String(error)}`),
     });
@@ -81,3 +97,23 @@ steps a run has not recorded.`,
     return ExitCode.ok;
   },
 };
+
+/** The names a request may give for the address it is bound to: the address, or every interface's for a wildcard. */
+function listenNames(host: string): string[] {
+  if (host !== '0.0.0.0' && host !== '::' && host !== '[::]') return [host.replace(/^\[(.*)\]$/, '$1')];
+  return Object.values(networkInterfaces()).flatMap((addresses) => (addresses ?? []).map((address) => address.address.replace(/%.*$/, '')));
+}
+
+function hostsFlag(value: string | undefined): string[] {
+  if (value === undefined) return [];
+  const names = value.split(',').map((name) => name.trim()).filter(Boolean);
+  for (const name of names) {
+    try {
+      allowedHostName(name, '--allowed-hosts');
+    } catch (error) {
+      if (isStepkeyError(error)) throw new UsageError(error.message, 'dashboard');
+      throw error;
+    }
+  }
+  return names;
+}
