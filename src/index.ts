@@ -10,7 +10,7 @@
 
 // Keys and fingerprints
 export { rootKey, childKey, stepInstanceName } from './keys/derive.js';
-export { assertValidKey, assertValidScope, assertValidStepName, MAX_KEY_LENGTH } from './keys/validate.js';
+export { assertStorableText, assertValidKey, assertValidScope, assertValidStepName, MAX_KEY_LENGTH } from './keys/validate.js';
 export { canonicalJson, type CanonicalOptions } from './keys/canonical-json.js';
 export { fingerprint, purposeFingerprint, type FingerprintOptions } from './keys/fingerprint.js';
 

@@ -14,7 +14,7 @@ import { toJsonText, type StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { RunStatusName } from '../read/run-status.js';
 import { cancelRuns } from '../workflow/waits/cancel.js';
-import { insertAuditStatement, type ActionBy } from './sql/audit.js';
+import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { runBefore } from './sql/run-before.js';
 
 export interface CancelOptions {
@@ -41,6 +41,7 @@ const MAX_REASON = 1_000;
 
 export async function cancelRunAction(sql: Sql, clock: Clock, ref: KeyRef, options: CancelOptions): Promise<CancelResult> {
   assertRef(ref);
+  assertActionBy(options.by);
   const reason = options.reason ?? 'cancelled';
   if (typeof reason !== 'string' || reason.trim() === '' || reason.length > MAX_REASON) {
     throw new StepkeyError('invalid_input', `A cancel reason is 1 to ${MAX_REASON} characters of text.`);

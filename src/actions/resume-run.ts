@@ -10,7 +10,7 @@ import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { KeyRef } from '../ledger/types.js';
 import { assertRef, requireRun, type ActionResult } from './cancel-run.js';
 import type { RunStatusName } from '../read/run-status.js';
-import { insertAuditStatement, type ActionBy } from './sql/audit.js';
+import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { makeRunDue } from './sql/make-due.js';
 
 export interface ResumeResult extends ActionResult {
@@ -22,6 +22,7 @@ export interface ResumeResult extends ActionResult {
 
 export async function resumeRunAction(sql: Sql, clock: Clock, ref: KeyRef, by: ActionBy): Promise<ResumeResult> {
   assertRef(ref);
+  assertActionBy(by);
   try {
     return await sql.begin(async (tx) => {
       const previous = await requireRun(tx, clock, ref);

@@ -9,7 +9,7 @@ import type { Clock } from '../db/clock.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { retryJobs } from '../outbox/sql/jobs.js';
-import { insertJobAuditStatement, type ActionBy } from './sql/audit.js';
+import { assertActionBy, insertJobAuditStatement, type ActionBy } from './sql/audit.js';
 
 export interface RetryResult {
   retried: string[];
@@ -23,6 +23,7 @@ export async function retryJobsAction(sql: Sql, clock: Clock, ids: readonly stri
   if (!Array.isArray(ids) || ids.length === 0 || ids.length > MAX_JOBS || ids.some((id) => typeof id !== 'string' || !/^[1-9]\d{0,18}$/.test(id))) {
     throw new StepkeyError('invalid_input', `Job ids are 1 to ${MAX_JOBS} positive integers, such as '12'.`);
   }
+  assertActionBy(by);
   const wanted = [...new Set(ids)];
   try {
     return await sql.begin(async (tx) => {

@@ -9,6 +9,7 @@
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
+import { assertStorableText } from '../keys/validate.js';
 import type { LedgerRow } from '../ledger/sql/read.js';
 import { readKeyTree, type Inspection } from '../read/key-tree.js';
 import { isRunStatusName, runStatusNames } from '../read/run-status.js';
@@ -170,9 +171,12 @@ function rowView({ fingerprint: _fingerprint, leaseToken: _token, ...row }: Ledg
   return row;
 }
 
+/** A query parameter, undefined when absent or blank; one Postgres cannot store is refused, naming it. */
 function text(query: URLSearchParams, name: string): string | undefined {
   const value = query.get(name);
-  return value === null || value.trim() === '' ? undefined : value;
+  if (value === null || value.trim() === '') return undefined;
+  assertStorableText(value, `The '${name}' parameter`);
+  return value;
 }
 
 function bad(message: string): StepkeyError {

@@ -14,6 +14,7 @@
  * from it, and acquire reads them from there (src/flow/sql/limits.ts).
  */
 import { StepkeyError } from '../errors/stepkey-error.js';
+import { assertStorableText } from '../keys/validate.js';
 import { MAX_PARTITION_LENGTH, rateLimitOf, type RateLimit } from './define-queue.js';
 
 export interface LimitPartitionContext {
@@ -84,6 +85,7 @@ export function limitPartitionOf(limit: Limit, input: unknown, ctx: LimitPartiti
         `got ${typeof partition === 'string' ? `a string of ${partition.length}` : typeof partition}.`,
     );
   }
+  assertStorableText(partition, `Limit '${limit.name}' (step '${ctx.step}'): the partition from partitionBy`);
   return partition;
 }
 

@@ -11,6 +11,7 @@
  * reads them from there.
  */
 import { StepkeyError } from '../errors/stepkey-error.js';
+import { assertStorableText } from '../keys/validate.js';
 
 export interface PartitionContext {
   scope: string;
@@ -116,5 +117,6 @@ export function partitionOf<Input>(queue: Queue<Input>, input: Input, ctx: Parti
         `got ${typeof partition === 'string' ? `a string of ${partition.length}` : typeof partition}.`,
     );
   }
+  assertStorableText(partition, `Queue '${queue.name}': the partition from partitionBy`);
   return partition;
 }

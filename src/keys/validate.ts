@@ -1,7 +1,7 @@
 /**
- * Validation of what callers hand us as keys, scopes and step names. Every
- * rule fails with a StepkeyError that says what was wrong, before anything is
- * written.
+ * Validation of what callers hand us as keys, scopes, step names and any
+ * other text that reaches SQL. Every rule fails with a StepkeyError that says
+ * what was wrong, before anything is written.
  */
 import { StepkeyError } from '../errors/stepkey-error.js';
 
@@ -55,6 +55,18 @@ export function assertValidScope(scope: unknown): asserts scope is string {
   }
   if (controlCharacters.test(scope)) {
     throw new StepkeyError('invalid_scope', `The scope ${describe(scope)} contains a control character.`);
+  }
+}
+
+/**
+ * Text Postgres can store: a string without NUL (U+0000), the one character
+ * it refuses in a text value. Every string a caller hands stepkey that
+ * reaches SQL passes this (or a stricter rule) first, so that it is refused
+ * as `invalid_input` naming `what`, never as a database error.
+ */
+export function assertStorableText(value: string, what: string): void {
+  if (value.includes('\u0000')) {
+    throw new StepkeyError('invalid_input', `${what} ${describe(value)} contains a NUL character (\\u0000), which Postgres cannot store in text.`);
   }
 }
 

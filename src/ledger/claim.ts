@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { assertValidKey, assertValidScope } from '../keys/validate.js';
+import { assertStorableText, assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
 import { claimRow, insertClaimRow, probeRow, type ClaimRow } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
@@ -26,6 +26,9 @@ export function assertValidClaim(request: ClaimRequest): void {
   if (typeof request.fingerprint !== 'string' || request.fingerprint.length === 0) {
     throw new StepkeyError('invalid_input', 'A claim needs a non-empty fingerprint.');
   }
+  assertStorableText(request.fingerprint, "A claim's fingerprint");
+  if (typeof request.name === 'string') assertStorableText(request.name, "A claim's name");
+  if (typeof request.parentKey === 'string') assertStorableText(request.parentKey, "A claim's parentKey");
   if (request.kind !== undefined && !claimKinds.has(request.kind)) {
     throw new StepkeyError(
       'invalid_input',

@@ -15,6 +15,7 @@
  */
 import type { Queryable } from '../db/connect.js';
 import { childKey, rootKey } from '../keys/derive.js';
+import { assertStorableText } from '../keys/validate.js';
 import type { LedgerRow } from '../ledger/sql/read.js';
 import type { Workflow } from '../workflow/define.js';
 import type { RunStatusName } from './run-status.js';
@@ -75,6 +76,8 @@ export interface KeyQuery {
 
 /** The key's tree in one scope, or in every scope that has the key; no matches when it has none. */
 export async function readKeyTree(q: Queryable, query: KeyQuery, workflows: readonly Workflow[] = []): Promise<Inspection> {
+  assertStorableText(query.key, "The 'key' to look up");
+  if (query.scope !== undefined) assertStorableText(query.scope, "The 'scope' to look in");
   const rows = await readTreeRows(q, query);
   const matches = groupMatches(rows);
   await Promise.all(matches.map((found) => addEffectRecord(q, found)));

@@ -6,12 +6,26 @@
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import { sqlNow } from '../../db/clock.js';
+import { StepkeyError } from '../../errors/stepkey-error.js';
+import { assertStorableText } from '../../keys/validate.js';
 
 export interface ActionBy {
   /** Who: a person's name, `cli:user@host`, `dashboard@127.0.0.1`. */
   actor: string;
   /** Through what. */
   source: 'dashboard' | 'cli' | 'api';
+}
+
+const sources = new Set<string>(['dashboard', 'cli', 'api']);
+const MAX_ACTOR = 200;
+
+/** Who acts, checked before the action changes anything. */
+export function assertActionBy(by: ActionBy): void {
+  if (!by || typeof by.actor !== 'string' || by.actor.trim() === '' || by.actor.length > MAX_ACTOR) {
+    throw new StepkeyError('invalid_input', `An action's actor is 1 to ${MAX_ACTOR} characters naming who acts, got ${JSON.stringify(by?.actor)}.`);
+  }
+  assertStorableText(by.actor, "The action's actor");
+  if (!sources.has(by.source)) throw new StepkeyError('invalid_input', `An action's source is dashboard, cli or api, not ${JSON.stringify(by.source)}.`);
 }
 
 export interface AuditRecord {

@@ -5,6 +5,7 @@
  * the waiters are counted on ledger_limit_waiters_idx.
  */
 import type { Queryable } from '../../db/connect.js';
+import { assertStorableText } from '../../keys/validate.js';
 
 export interface LimitPartitionRow {
   limit: string;
@@ -21,6 +22,7 @@ export interface LimitPartitionRow {
 }
 
 export async function listLimits(q: Queryable, options: { limit?: string } = {}): Promise<LimitPartitionRow[]> {
+  if (options.limit !== undefined) assertStorableText(options.limit, "The 'limit' filter");
   const only = options.limit ?? null;
   const rows = await q<LimitPartitionRow[]>`
     select l.name as limit, coalesce(p.partition, '') as partition, l.concurrency,

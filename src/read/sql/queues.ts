@@ -4,6 +4,7 @@
  * readings apart give the recent rate of starts). One statement.
  */
 import type { Queryable } from '../../db/connect.js';
+import { assertStorableText } from '../../keys/validate.js';
 
 export interface QueuePartitionRow {
   queue: string;
@@ -20,6 +21,7 @@ export interface QueuePartitionRow {
 }
 
 export async function listQueues(q: Queryable, options: { queue?: string } = {}): Promise<QueuePartitionRow[]> {
+  if (options.queue !== undefined) assertStorableText(options.queue, "The 'queue' filter");
   const rows = await q<QueuePartitionRow[]>`
     with entries as (
       select queue, partition, count(*) filter (where not holding and not failed)::int as waiting, count(*) filter (where holding)::int as running

@@ -28,6 +28,7 @@
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
+import { assertStorableText } from '../../keys/validate.js';
 import { runStatusSpec, runStatusTable, statusCaseSql, statusCondition, type RunStatusName } from '../run-status.js';
 import { SqlText } from './sql-text.js';
 import { queuePlaceId, queuePlaces, type QueuePlace } from './queue-places.js';
@@ -90,6 +91,8 @@ export async function listRuns(q: Queryable, clock: Clock, filter: ListRunsFilte
   if (!Number.isInteger(filter.limit) || filter.limit < 1 || filter.limit > MAX_LIMIT) {
     throw new StepkeyError('invalid_input', `A page holds 1 to ${MAX_LIMIT} runs, not ${filter.limit}.`);
   }
+  if (filter.workflow !== undefined) assertStorableText(filter.workflow, "The runs filter's 'workflow'");
+  if (filter.scope !== undefined) assertStorableText(filter.scope, "The runs filter's 'scope'");
   const statement = runsStatement(clock, filter);
   const rows = await q.unsafe<(Omit<ListedRun, 'queue'> & { cursorAt: string; sort_at: unknown; rank?: number })[]>(statement.text, statement.values as never[]);
   const more = filter.order !== 'attention' && rows.length > filter.limit;
@@ -252,7 +255,11 @@ export function encodeCursor(at: string, scope: string, key: string): string {
 function decodeCursor(cursor: string): [string, string, string] {
   try {
     const parsed: unknown = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-    if (Array.isArray(parsed) && parsed.length === 3 && parsed.every((part) => typeof part === 'string') && !Number.isNaN(Date.parse(String(parsed[0])))) {
+    if (
+      Array.isArray(parsed) && parsed.length === 3 &&
+      parsed.every((part) => typeof part === 'string' && !part.includes('\u0000')) &&
+      !Number.isNaN(Date.parse(String(parsed[0])))
+    ) {
       return parsed as [string, string, string];
     }
   } catch {

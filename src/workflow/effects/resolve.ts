@@ -8,6 +8,7 @@
 import type { Sql } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
+import { assertStorableText } from '../../keys/validate.js';
 import { readRow } from '../../ledger/sql/read.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { WorkflowRegistry } from '../registry.js';
@@ -40,6 +41,7 @@ export async function resolveRun(
   if (typeof step !== 'string' || step === '') {
     throw new StepkeyError('invalid_input', 'A resolution names the step it resolves: { step, output } or { step, retry: true }.');
   }
+  assertStorableText(step, "The resolution's 'step'");
   const retry = 'retry' in resolution && resolution.retry === true;
   if (!retry && !('output' in resolution)) {
     throw new StepkeyError('invalid_input', `A resolution of step '${step}' needs its output, or retry: true.`);

@@ -16,7 +16,7 @@ import { type Clock, sqlNow } from '../../db/clock.js';
 import { inTransaction } from '../../db/transaction.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { childKey, newRootKey } from '../../keys/derive.js';
-import { assertValidKey } from '../../keys/validate.js';
+import { assertStorableText, assertValidKey } from '../../keys/validate.js';
 import { claimKey } from '../../ledger/claim.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
 import { readChildren, readRow, type LedgerRow } from '../../ledger/sql/read.js';
@@ -57,6 +57,7 @@ export async function planRerun(sql: Sql, clock: Clock, ref: KeyRef, options: Re
   if (!options || typeof options.from !== 'string' || options.from === '') {
     throw new StepkeyError('invalid_input', 'A rerun names the step to execute again from: { from, key }.');
   }
+  assertStorableText(options.from, "The rerun's 'from' step");
   assertValidKey(options.key);
   if (options.key === ref.key) throw new StepkeyError('invalid_input', 'A rerun is a new run: give it a key of its own.');
   const [row, children, attempts, [now]] = await Promise.all([

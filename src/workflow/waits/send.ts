@@ -11,7 +11,7 @@ import { inTransaction } from '../../db/transaction.js';
 import { translateDatabaseError } from '../../errors/pg-errors.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { purposeFingerprint } from '../../keys/fingerprint.js';
-import { assertValidKey } from '../../keys/validate.js';
+import { assertStorableText, assertValidKey } from '../../keys/validate.js';
 import { toJsonText } from '../../ledger/outcome.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunDeps } from '../run-state.js';
@@ -34,6 +34,7 @@ export async function sendEvent(
   options: { key: string },
 ): Promise<Sent & { woke: boolean }> {
   assertValidKey(options?.key, "sender's key of the event");
+  assertStorableText(topic, "The event's topic");
   const what = `event '${topic}' for run '${ref.key}' in scope '${ref.scope}'`;
   try {
     return await inTransaction(deps.sql, async (tx) => {
