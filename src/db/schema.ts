@@ -21,7 +21,8 @@
  *                run's lease (see workflow/effects).
  *   worker_pools liveness of worker processes, so that the jobs of a dead one
  *                are unlocked in seconds rather than hours.
- *   audit_log    one row per operator action (cancel, resume, retry a job),
+ *   audit_log    one row per operator action (cancel, resume, retry a job,
+ *                resolve a run that needs review, rerun from a step),
  *                written in the transaction of the change it records.
  *
  * drizzle-kit generates the SQL in drizzle/ from this file. One object is
@@ -303,7 +304,7 @@ export const auditLog = stepkeySchema.table(
   },
   (t) => [
     primaryKey({ name: 'audit_log_pkey', columns: [t.scope, t.id] }),
-    check('audit_log_action_check', sql`${t.action} in ('cancel', 'resume', 'retry_job')`),
+    check('audit_log_action_check', sql`${t.action} in ('cancel', 'resume', 'retry_job', 'resolve', 'rerun')`),
     // A run's actions, for its page.
     index('audit_log_key_idx').on(t.scope, t.key).where(sql`${t.key} is not null`),
     // The newest actions across scopes.

@@ -36,6 +36,8 @@ import { WorkflowRegistry } from './registry.js';
 import { readRunInfo, type RunInfo } from './run-info.js';
 import { RunState, type RunDeps } from './run-state.js';
 import { cancelRunAction } from '../actions/cancel-run.js';
+import { rerunAction } from '../actions/rerun-run.js';
+import { resolveRunAction } from '../actions/resolve-run.js';
 import type { ActionBy } from '../actions/sql/audit.js';
 import { isUnavailable, type StopReason } from './errors.js';
 import { loadRun, type FinishedStep } from './sql/load-run.js';
@@ -50,8 +52,8 @@ import { waitStepKinds } from './waits/step-kinds.js';
 import type { RunWaitView } from './waits/wait.js';
 import { enqueueStep } from '../outbox/enqueue-step.js';
 import { resolveLogger, type Logger } from '../log/logger.js';
-import { resolveRun, type Resolution, type Resolved } from './effects/resolve.js';
-import { startRerun, type RerunOptions } from './rerun/rerun.js';
+import type { Resolution, Resolved } from './effects/resolve.js';
+import type { RerunOptions } from './rerun/rerun.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { activeTraceContext } from '../telemetry/tracing.js';
 import { WakeTimers } from './waits/wake-timers.js';
@@ -404,11 +406,11 @@ export class Engine {
    * unknown: `{ step, output }` records the operator's output (checked against
    * the step's schema), `{ step, retry: true }` calls again. It changes state
    * only: the run is made due, and a sweeper continues it (this process at
-   * once, if it runs the run's version).
+   * once, if it runs the run's version). An audited action, like cancel.
    */
-  async resolve(ref: KeyRef, resolution: Resolution): Promise<Resolved> {
+  async resolve(ref: KeyRef, resolution: Resolution, by: ActionBy = { actor: 'app', source: 'api' }): Promise<Resolved> {
     assertValidRef(ref);
-    const resolved = await this.#db('resolving a run', () => resolveRun(this.sql, this.clock, this.registry, ref, resolution));
+    const resolved = await this.#db('resolving a run', () => resolveRunAction(this.sql, this.clock, this.registry, ref, resolution, by));
     this.#wake(ref);
     return resolved;
   }
@@ -419,11 +421,16 @@ export class Engine {
    * run's record and executes the rest here, with the old run's version and
    * input. Refused when a step it would execute again had a confirmed
    * outside effect (a completed call, an enqueued message) unless `force`.
+   * An audited action, like cancel (recorded on the old run).
    */
-  async rerun<W extends Workflow>(ref: RunRef<W>, options: RerunOptions): Promise<RunHandle<WorkflowResult<W>, W>> {
+  async rerun<W extends Workflow>(
+    ref: RunRef<W>,
+    options: RerunOptions,
+    by: ActionBy = { actor: 'app', source: 'api' },
+  ): Promise<RunHandle<WorkflowResult<W>, W>> {
     assertValidRef(ref);
     const started = await this.#db('rerunning a run', () =>
-      startRerun(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }),
+      rerunAction(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }, by),
     );
     const lease = started.lease;
     if (lease) this.#track(lease, () => this.#resumeOwned(lease)).catch(() => {});

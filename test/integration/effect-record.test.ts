@@ -247,6 +247,48 @@ describe('the effect record of a call step', () => {
     ]);
   });
 
+  it("records each resolve in the audit log — the engine's and the CLI's, with who, the step and the answer — and a refused one not at all", async () => {
+    let calls = 0;
+    const once = payWorkflow(
+      'audited-once',
+      async ({ signal }) => {
+        calls += 1;
+        if (calls <= 2) await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+        return { paymentId: `p-${calls}` };
+      },
+      { atMostOnce: true, timeoutMs: 200 },
+    );
+    const engine = engineFor([once]);
+    const viaEngine = { scope: 'acme', key: uniqueKey('audit-resolve') };
+    const viaCli = { scope: 'acme', key: uniqueKey('audit-resolve-cli') };
+    for (const ref of [viaEngine, viaCli]) {
+      expect(await engine.attempt(once, ref, {})).toEqual({ state: 'in_progress', retryAfterMs: expect.any(Number) });
+    }
+    const audit = (ref: { scope: string; key: string }) =>
+      db().sql<{ action: string; actor: string; source: string; applied: boolean; detail: string }[]>`
+        select action, actor, source, applied, detail from stepkey.audit_log where scope = ${ref.scope} and key = ${ref.key} order by id`;
+    await expect(engine.resolve(viaEngine, { step: 'pay.v1', output: { paymentId: 7 } })).rejects.toMatchObject({ code: 'invalid_input' });
+    await expect(engine.resolve(viaEngine, { step: 'other.v1', retry: true })).rejects.toMatchObject({ code: 'not_in_review' });
+    expect(await audit(viaEngine)).toEqual([]);
+
+    await engine.resolve(viaEngine, { step: 'pay.v1', output: { paymentId: 'pay_operator' } }, { actor: 'ada@ops', source: 'api' });
+    const cli = await runCli(['resolve', viaCli.key, '--scope', viaCli.scope, '--step', 'pay.v1', '--retry'], { databaseUrl: db().url });
+    expect(cli.code, cli.stderr).toBe(0);
+    const [resolved] = await audit(viaEngine);
+    expect(resolved).toMatchObject({ action: 'resolve', actor: 'ada@ops', source: 'api', applied: true });
+    expect(JSON.parse(resolved!.detail)).toEqual({ step: 'pay.v1', resolution: 'resolved', output: '{"paymentId":"pay_operator"}', attempts: 1, before: 'needs_review' });
+    const [retried] = await audit(viaCli);
+    expect(retried).toMatchObject({ action: 'resolve', actor: expect.stringMatching(/^cli:/), source: 'cli', applied: true });
+    expect(JSON.parse(retried!.detail)).toEqual({ step: 'pay.v1', resolution: 'retried', attempts: 1, before: 'needs_review' });
+    // Resolved already: refused, nothing more recorded.
+    await expect(engine.resolve(viaEngine, { step: 'pay.v1', retry: true })).rejects.toMatchObject({ code: 'not_in_review' });
+    expect(await audit(viaEngine)).toHaveLength(1);
+    // Shown where operators see actions: inspect (and the dashboard's run page, which reads the same).
+    const inspected = await runCli(['inspect', viaCli.key, '--scope', viaCli.scope, '--json'], { databaseUrl: db().url });
+    expect(inspected.json().matches[0].audit).toEqual([expect.objectContaining({ action: 'resolve', source: 'cli', applied: true })]);
+    await expect.poll(async () => (await engine.sweep(), (await engine.get(viaCli))?.status), { timeout: 10_000 }).toBe('completed');
+  });
+
   it('stores an error with its cause chain, and names stored errors and failed runs apart', async () => {
     const refErrored = { scope: 'acme', key: uniqueKey('errored') };
     const refFailed = { scope: 'acme', key: uniqueKey('failed') };

@@ -141,6 +141,36 @@ describe('rerun from a step', () => {
     expect((await engine.get({ scope: old.scope, key }))!.attempts).toBe(1);
   });
 
+  it('records each rerun in the audit log of the old run — by the engine API and the CLI — and a refused one not at all', async () => {
+    const engine = engineFor();
+    const old = { scope: 'acme', key: uniqueKey('audited') };
+    await engine.run(v1, old, { sku: 'tea' });
+    const audit = () =>
+      db().sql<{ action: string; actor: string; source: string; applied: boolean; detail: string }[]>`
+        select action, actor, source, applied, detail from stepkey.audit_log where scope = ${old.scope} and key = ${old.key} order by id`;
+    await expect(engine.rerun(old, { from: 'charge.v1', key: uniqueKey('refused') })).rejects.toMatchObject({ code: 'rerun_refused' });
+    await expect(engine.rerun(old, { from: 'pack.v1', key: uniqueKey('refused') })).rejects.toMatchObject({ code: 'invalid_input' });
+    expect(await audit()).toEqual([]);
+
+    const first = uniqueKey('audited-rerun');
+    await (await engine.rerun(old, { from: 'ship.v1', key: first }, { actor: 'ada@ops', source: 'api' })).result();
+    await engine.rerun(old, { from: 'ship.v1', key: first });
+    const second = uniqueKey('audited-cli');
+    const cli = await runCli(['rerun', old.key, '--scope', old.scope, '--from', 'ship.v1', '--key', second], { databaseUrl: db().url });
+    expect(cli.code, cli.stderr).toBe(0);
+    const rows = await audit();
+    expect(rows.map(({ action, actor, source, applied }) => [action, actor, source, applied])).toEqual([
+      ['rerun', 'ada@ops', 'api', true],
+      ['rerun', 'app', 'api', false],
+      ['rerun', expect.stringMatching(/^cli:/), 'cli', true],
+    ]);
+    expect(JSON.parse(rows[0]!.detail)).toEqual({ from: 'ship.v1', rerunKey: first, taken: ['reserve.v1', '$uuid[reservation]', 'charge.v1'], again: ['ship.v1'], before: 'completed' });
+    expect(JSON.parse(rows[2]!.detail)).toMatchObject({ from: 'ship.v1', rerunKey: second });
+    const inspected = await runCli(['inspect', old.key, '--scope', old.scope, '--json'], { databaseUrl: db().url });
+    expect(inspected.json().matches[0].audit.map((entry: { action: string }) => entry.action)).toEqual(['rerun', 'rerun', 'rerun']);
+    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key: second }))?.status), { timeout: 10_000 }).toBe('completed');
+  });
+
   it('refuses a step the old run did not record, a run still running, and a record that has expired', async () => {
     const clock = new Clock();
     const engine = engineFor({ clock, retentionMs: 60_000 });

@@ -16,6 +16,8 @@ export interface ActionBy {
   source: 'dashboard' | 'cli' | 'api';
 }
 
+export type AuditAction = 'cancel' | 'resume' | 'retry_job' | 'resolve' | 'rerun';
+
 const sources = new Set<string>(['dashboard', 'cli', 'api']);
 const MAX_ACTOR = 200;
 
@@ -30,7 +32,7 @@ export function assertActionBy(by: ActionBy): void {
 
 export interface AuditRecord {
   scope: string;
-  action: 'cancel' | 'resume' | 'retry_job';
+  action: AuditAction;
   key: string | null;
   jobId?: string | null;
   applied: boolean;

@@ -5,7 +5,8 @@
  * a worker's sweeper executes it.
  */
 import { systemClock } from '../../db/clock.js';
-import { startRerun } from '../../workflow/rerun/rerun.js';
+import { rerunAction } from '../../actions/rerun-run.js';
+import { cliActor } from '../actor.js';
 import { requiredFlag } from '../args.js';
 import type { Command } from '../context.js';
 import { ExitCode } from '../errors.js';
@@ -22,7 +23,8 @@ again reaches its callee again). Refused, naming the steps, when a step it
 would execute again had a confirmed outside effect — a completed call, an
 enqueued message — unless --force. Refused for a run still running or waiting,
 and for one whose record has expired. The new run is executed by a worker's
-sweeper, not by this command.`,
+sweeper, not by this command. Recorded in the old run's audit log
+(stepkey.audit_log) with the step and the new run's key.`,
   positionals: [{ name: 'key', description: "the old run's key" }],
   options: {
     scope: { type: 'string', value: 'S', description: "the old run's scope (required)" },
@@ -37,7 +39,7 @@ sweeper, not by this command.`,
     const newKey = requiredFlag(parsed.values, 'key', 'rerun', "the new run's key");
     const force = parsed.values.force === true;
     const started = await context.withDatabase((database) =>
-      startRerun(database.sql, systemClock, { scope, key }, { from, key: newKey, force }, { leaseMs: 1, dueNow: true }),
+      rerunAction(database.sql, systemClock, { scope, key }, { from, key: newKey, force }, { leaseMs: 1, dueNow: true }, cliActor()),
     );
     const { plan } = started;
     if (context.json) {

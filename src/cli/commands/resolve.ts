@@ -6,7 +6,8 @@
  */
 import { systemClock } from '../../db/clock.js';
 import { WorkflowRegistry } from '../../workflow/registry.js';
-import { resolveRun } from '../../workflow/effects/resolve.js';
+import { resolveRunAction } from '../../actions/resolve-run.js';
+import { cliActor } from '../actor.js';
 import { loadAppModule } from '../app-module.js';
 import { requiredFlag, stringFlag } from '../args.js';
 import type { Command } from '../context.js';
@@ -23,7 +24,8 @@ cut, after the call may have reached the callee. Find out what the callee did
   --output JSON   record this as the step's output (checked against the
                   step's schema: needs the app module, --app), or
   --retry         call again.
-The run is made due; a worker's sweeper continues it. Exit 1 if the run is not
+The run is made due; a worker's sweeper continues it. Recorded in the audit
+log (stepkey.audit_log) with the step and the answer. Exit 1 if the run is not
 waiting for review at that step.`,
   positionals: [{ name: 'key', description: "the run's key" }],
   options: {
@@ -50,7 +52,7 @@ waiting for review at that step.`,
     const app = retry ? await loadAppModule(context, { required: false }) : await loadAppModule(context, { required: true });
     const registry = new WorkflowRegistry(app?.workflows ?? []);
     const resolved = await context.withDatabase((database) =>
-      resolveRun(database.sql, systemClock, registry, { scope, key }, retry ? { step, retry: true } : { step, output }),
+      resolveRunAction(database.sql, systemClock, registry, { scope, key }, retry ? { step, retry: true } : { step, output }, cliActor()),
     );
     if (context.json) context.printJson({ scope, key, ...resolved, retry });
     else if (retry) context.line(`Run '${key}' in scope '${scope}': step '${step}' will be called again; a worker's sweeper continues the run.`);

@@ -10,13 +10,13 @@ export interface AuditEntry {
   scope: string;
   /** Milliseconds since the epoch. */
   at: number;
-  action: 'cancel' | 'resume' | 'retry_job';
+  action: 'cancel' | 'resume' | 'retry_job' | 'resolve' | 'rerun';
   actor: string;
   source: string;
   key: string | null;
   jobId: string | null;
   applied: boolean;
-  /** JSON text: the reason given, the status before. */
+  /** JSON text: the reason given, the status before; a resolve's step and answer, a rerun's step and new key. */
   detail: string | null;
 }
 

@@ -7,6 +7,7 @@
  */
 import type { Sql } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
+import { inTransaction, type TxSql } from '../../db/transaction.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { assertStorableText } from '../../keys/validate.js';
 import { readRow } from '../../ledger/sql/read.js';
@@ -36,6 +37,8 @@ export async function resolveRun(
   registry: WorkflowRegistry,
   ref: KeyRef,
   resolution: Resolution,
+  /** More writes that commit with the resolution (the operator action's audit row). */
+  also?: (tx: TxSql, resolved: Resolved) => Promise<unknown>,
 ): Promise<Resolved> {
   const step = resolution?.step;
   if (typeof step !== 'string' || step === '') {
@@ -83,9 +86,13 @@ export async function resolveRun(
       throw new StepkeyError('invalid_input', error instanceof Error ? error.message : String(error), { cause: error });
     }
   }
-  const done = await resolveReviewStatement(sql, clock, ref, step, retry ? { resolution: 'retried' } : { resolution: 'resolved', output: output! });
-  if (done.due === 0) {
-    throw new StepkeyError('not_in_review', `Run '${ref.key}' changed while it was being resolved (another operator?); nothing was resolved.`);
-  }
-  return { step, output, attempts: done.resolved };
+  return inTransaction(sql, async (tx) => {
+    const done = await resolveReviewStatement(tx, clock, ref, step, retry ? { resolution: 'retried' } : { resolution: 'resolved', output: output! });
+    if (done.due === 0) {
+      throw new StepkeyError('not_in_review', `Run '${ref.key}' changed while it was being resolved (another operator?); nothing was resolved.`);
+    }
+    const resolved = { step, output, attempts: done.resolved };
+    await also?.(tx, resolved);
+    return resolved;
+  });
 }

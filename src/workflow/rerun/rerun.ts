@@ -13,7 +13,7 @@
  */
 import type { Sql } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
-import { inTransaction } from '../../db/transaction.js';
+import { inTransaction, type TxSql } from '../../db/transaction.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { childKey, newRootKey } from '../../keys/derive.js';
 import { assertStorableText, assertValidKey } from '../../keys/validate.js';
@@ -22,7 +22,7 @@ import { activeTraceContext } from '../../telemetry/tracing.js';
 import { readChildren, readRow, type LedgerRow } from '../../ledger/sql/read.js';
 import type { KeyRef, Lease } from '../../ledger/types.js';
 import { readAttempts } from '../effects/sql/read-attempts.js';
-import { runStatusOf } from '../run-info.js';
+import { runStatusOf, type RunStatus } from '../run-info.js';
 import type { WorkflowRegistry } from '../registry.js';
 import { copyStepsStatement, linkRerunStatement } from './sql/copy-steps.js';
 
@@ -44,6 +44,8 @@ export interface ConfirmedEffect {
 export interface RerunPlan {
   workflow: string;
   version: number;
+  /** The old run's status. */
+  status: RunStatus;
   input: string;
   fingerprint: string;
   /** Steps taken from the old run's record. */
@@ -100,6 +102,7 @@ export async function planRerun(sql: Sql, clock: Clock, ref: KeyRef, options: Re
   return {
     workflow: row.name ?? '',
     version: row.version ?? 0,
+    status,
     input: (await sql<{ input: string }[]>`select input from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.input ?? 'null',
     fingerprint: row.fingerprint,
     taken: taken.map((child) => child.name ?? ''),
@@ -128,6 +131,8 @@ export async function startRerun(
   ref: KeyRef,
   options: RerunOptions,
   settings: { leaseMs: number; dueNow: boolean; registry?: WorkflowRegistry },
+  /** More writes that commit with the rerun's start, or with finding it started already (the operator action's audit row). */
+  also?: (tx: TxSql, started: StartedRerun) => Promise<unknown>,
 ): Promise<StartedRerun> {
   const plan = await planRerun(sql, clock, ref, options);
   // Executed here: this process must run the old run's version.
@@ -157,7 +162,11 @@ export async function startRerun(
     );
     if (claim.state !== 'owned' || claim.resumed) {
       const existing = await readRow(tx, newRef);
-      if (existing?.rerunOf === ref.key && existing.rerunFrom === options.from) return { ref: newRef, plan, lease: undefined, rootKey: existing.rootKey };
+      if (existing?.rerunOf === ref.key && existing.rerunFrom === options.from) {
+        const already: StartedRerun = { ref: newRef, plan, lease: undefined, rootKey: existing.rootKey };
+        await also?.(tx, already);
+        return already;
+      }
       // Held by a start not committed yet (an identical rerun in flight, say): its row is not visible.
       if (!existing && claim.state === 'in_progress') {
         throw new StepkeyError('in_progress', `Key '${options.key}' in scope '${ref.scope}' is being claimed right now; try the rerun again in a moment.`);
@@ -179,6 +188,8 @@ export async function startRerun(
       }));
     await linkRerunStatement(tx, clock, claim.lease, ref.key, options.from, settings.dueNow);
     if (steps.length) await copyStepsStatement(tx, clock, claim.lease, steps);
-    return { ref: newRef, plan, lease: claim.lease, rootKey: root };
+    const started: StartedRerun = { ref: newRef, plan, lease: claim.lease, rootKey: root };
+    await also?.(tx, started);
+    return started;
   });
 }

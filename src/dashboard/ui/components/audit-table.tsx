@@ -41,8 +41,14 @@ export function AuditTable({ entries, nowMs, showTarget = false }: { entries: Au
 function detailText(detail: string | null): string {
   if (!detail) return '';
   try {
-    const parsed = JSON.parse(detail) as { reason?: string; before?: string };
-    return [parsed.before ? `was ${parsed.before}` : '', parsed.reason ? `reason: ${parsed.reason}` : ''].filter(Boolean).join(' · ');
+    const parsed = JSON.parse(detail) as { reason?: string; before?: string; step?: string; resolution?: string; output?: string; from?: string; rerunKey?: string };
+    const answer = parsed.resolution === 'retried' ? 'call again' : `output ${(parsed.output ?? '').slice(0, 80)}`;
+    return [
+      parsed.before ? `was ${parsed.before}` : '',
+      parsed.reason ? `reason: ${parsed.reason}` : '',
+      parsed.step && parsed.resolution ? `step ${parsed.step}: ${answer}` : '',
+      parsed.from && parsed.rerunKey ? `from step ${parsed.from}, as run ${parsed.rerunKey}` : '',
+    ].filter(Boolean).join(' · ');
   } catch {
     return detail;
   }
