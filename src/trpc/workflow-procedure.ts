@@ -100,7 +100,8 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
         if (attempt.replayed) markReplayed(access, ctx, 'workflow');
         throw trpcErrorFromStored(attempt.error);
       case 'cancelled':
-        markReplayed(access, ctx, 'workflow');
+        // Cancelled under this very call (an operator stopped the run it executed): its first answer.
+        if (attempt.replayed) markReplayed(access, ctx, 'workflow');
         throw new TRPCError({ code: 'PRECONDITION_FAILED', message: `The operation for this key was cancelled: ${attempt.reason.message}` });
       case 'waiting':
         // 202 Accepted, without the resolver: the run waits and continues on its own.

@@ -20,7 +20,8 @@ export type RunAttempt<Result> =
   | { state: 'completed'; output: Result; replayed: boolean }
   /** A deterministic error ended the run; it is stored and replayed. */
   | { state: 'errored'; error: StoredError; replayed: boolean }
-  | { state: 'cancelled'; reason: StoredError }
+  /** Cancelled by an operator (stored, final); `replayed`: it had been cancelled before this call. */
+  | { state: 'cancelled'; reason: StoredError; replayed: boolean }
   /** The run is parked: it holds no process and continues when its wait is due. */
   | { state: 'waiting'; wait: RunWaitView; replayed: boolean }
   | { state: 'in_progress'; retryAfterMs: number }
@@ -78,7 +79,7 @@ export function toAttempt<R>(registry: WorkflowRegistry, settled: Settled, repla
     case 'errored':
       return { state: 'errored', error: settled.error, replayed };
     case 'cancelled':
-      return { state: 'cancelled', reason: settled.reason };
+      return { state: 'cancelled', reason: settled.reason, replayed };
     case 'waiting':
       return { state: 'waiting', wait: settled.wait, replayed };
     case 'failed':

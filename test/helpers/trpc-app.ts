@@ -26,7 +26,7 @@ export interface AppContext {
   tenant: string | null;
 }
 
-export const counters = { create: 0, refund: 0, place: 0, forget: 0, early: 0 };
+export const counters = { create: 0, refund: 0, place: 0, forget: 0, early: 0, hold: 0 };
 
 /** Gates a resolver or step can wait on (input.gate), opened by the test. */
 const gates = new Map<string, { promise: Promise<void>; open: () => void }>();
@@ -55,6 +55,23 @@ export const placeOrder = defineWorkflow({
       return { orderId: Number(row!.id) };
     });
     return { orderId, sku: input.sku };
+  },
+});
+
+/** Records the order, then holds at a call until its gate opens: a run whose start has committed, still running. */
+export const holdOrder = defineWorkflow({
+  name: 'trpc-hold-order',
+  version: 1,
+  input: z.object({ sku: z.string(), gate: z.string() }),
+  steps: { record: step('hold-record.v1'), hold: step('hold.v1') },
+  async run({ input, steps }) {
+    await steps.record.tx(async () => input.sku);
+    await steps.hold.call(async () => {
+      counters.hold += 1;
+      await gate(input.gate).promise;
+      return 'released';
+    });
+    return { sku: input.sku };
   },
 });
 
@@ -124,6 +141,10 @@ export function buildApp(ledger: Ledger, engine: Engine, options: { info?: boole
         .input(placeOrder.input)
         .use(idem.workflow(placeOrder))
         .mutation(({ ctx }) => ({ ...ctx.run.output, replayed: ctx.run.replayed })),
+      hold: t.procedure
+        .input(holdOrder.input)
+        .use(idem.workflow(holdOrder))
+        .mutation(({ ctx }) => ctx.run.output),
     }),
     workflows: t.router(createWorkflowRouter(t, idem, { place: placeOrder }, { procedure: guarded })),
   });
@@ -158,7 +179,7 @@ export interface ServedApp {
 /** The app on a test database: its `trpc_orders` table, an engine, a ledger, listening on a free port. */
 export async function serveApp(db: TestDatabase): Promise<ServedApp> {
   await db.sql`create table trpc_orders (id bigserial primary key, tenant text not null, sku text not null, quantity int not null)`;
-  const engine = testEngine(db, [placeOrder]);
+  const engine = testEngine(db, [placeOrder, holdOrder]);
   const app = buildApp(new Ledger({ sql: db.sql }), engine);
   const url = await listen(app.server);
   return {

@@ -283,6 +283,25 @@ describe('workflow procedures', () => {
     expect(second.headers.get('idempotent-replayed')).toBe('true');
   });
 
+  it('marks a stored 4xx replayed on every repeat and never on the answer to the call that ran the run — a run cancelled under it included', async () => {
+    const key = uniqueKey('cancelled-under-call');
+    const held = gate(key);
+    const entered = counters.hold;
+    const first = post(url, 'orders.hold', { sku: 'held', gate: key }, keyed(key));
+    // The run's start has committed; it holds at its second step.
+    await expect.poll(() => counters.hold, { timeout: 10_000 }).toBe(entered + 1);
+    expect(await engine.cancel({ scope: 'tenant-a', key }, 'the operator stopped it')).toBe(true);
+    held.open();
+    const answer = await first;
+    expect(answer.status).toBe(412);
+    expect(answer.body).toMatch(/cancelled: the operator stopped it/);
+    expect(answer.headers.get('idempotent-replayed')).toBeNull();
+    const repeat = await post(url, 'orders.hold', { sku: 'held', gate: key }, keyed(key));
+    expect(repeat.status).toBe(412);
+    expect(repeat.body).toBe(answer.body);
+    expect(repeat.headers.get('idempotent-replayed')).toBe('true');
+  });
+
   it('createWorkflowRouter starts a run idempotently and reads its status by key, per caller', async () => {
     const key = uniqueKey('router');
     const start = await post(url, 'workflows.place.start', { sku: 'router', quantity: 3 }, keyed(key));
