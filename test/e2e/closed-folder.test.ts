@@ -77,7 +77,7 @@ afterAll(async () => {
 });
 
 describe.runIf(asRoot)('as root, in a folder the postgres user cannot enter', () => {
-  it('npm test and npm start bring up their embedded PostgreSQL', { timeout: 240_000 }, async () => {
+  it('npm test and npm start bring up their embedded PostgreSQL', async () => {
     expect(statSync(scratch).mode & 0o777).toBe(0o700);
     copyProject(project);
     // A cluster left by a project folder that is gone (a temporary clone, removed): cleared when the next one starts.

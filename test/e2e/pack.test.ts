@@ -197,7 +197,7 @@ describe('the packed package in an app of its own, as the README says', () => {
     try {
       expect((await sql`select count(*)::int as n from orders`)[0]!.n).toBe(1);
       // The worker delivers the receipt.
-      await expect.poll(async () => (await sql`select count(*)::int as n from emails`)[0]!.n, { timeout: 30_000 }).toBe(1);
+      await expect.poll(async () => (await sql`select count(*)::int as n from emails`)[0]!.n).toBe(1);
       expect((await sql`select count(*)::int as n from drizzle.__drizzle_migrations`)[0]!.n).toBe(1);
     } finally {
       await sql.end();

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnScript, type ChildHandle } from '../../src/testing/child-process.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const script = fileURLToPath(new URL('../helpers/scripts/wait-workflows.ts', import.meta.url));
@@ -37,23 +38,19 @@ describe('sleeping runs', () => {
     // Asleep for 10 s: every process that parked or swept them is killed well before they are due
     // (the process that parks a run wakes it at its time itself, if it is still alive).
     const api = spawn(['start', scope, '10000', ...keys]);
-    await api.waitFor(/STARTED/, 30_000);
+    await api.waitFor(/STARTED/, PATIENCE_MS);
     const worker = spawn(['sweep', scope]);
-    await worker.waitFor(/SWEEPER READY/);
+    await worker.waitFor(/SWEEPER READY/, PATIENCE_MS);
     await expect
-      .poll(async () => (await db().sql`select count(*)::int as n from stepkey.ledger where scope = ${scope} and kind = 'run' and status = 'waiting'`)[0]!.n, {
-        timeout: 20_000,
-      })
+      .poll(async () => (await db().sql`select count(*)::int as n from stepkey.ledger where scope = ${scope} and kind = 'run' and status = 'waiting'`)[0]!.n)
       .toBe(keys.length);
     api.kill('SIGKILL');
     worker.kill('SIGKILL');
     await Promise.all([api.exited, worker.exited]);
     const fresh = spawn(['sweep', scope]);
-    await fresh.waitFor(/SWEEPER READY/);
+    await fresh.waitFor(/SWEEPER READY/, PATIENCE_MS);
     await expect
-      .poll(async () => (await db().sql`select count(*)::int as n from stepkey.ledger where scope = ${scope} and kind = 'run' and status = 'completed'`)[0]!.n, {
-        timeout: 40_000,
-      })
+      .poll(async () => (await db().sql`select count(*)::int as n from stepkey.ledger where scope = ${scope} and kind = 'run' and status = 'completed'`)[0]!.n)
       .toBe(keys.length);
     const rows = await db().sql<{ key: string; step: string; n: number; late_ms: number }[]>`
       select r.key, e.step, count(*)::int as n,
@@ -72,7 +69,7 @@ describe('sleeping runs', () => {
     expect(lateness[0]!).toBeGreaterThanOrEqual(0);
     expect(lateness.at(-1)!).toBeLessThan(30_000);
     fresh.kill();
-  }, 90_000);
+  });
 });
 
 describe('a child run', () => {
@@ -83,14 +80,14 @@ describe('a child run', () => {
       const killed = spawn(['order', scope, key], fault);
       expect((await killed.exited).signal).toBe('SIGKILL');
       const fresh = spawn(['sweep', scope]);
-      await fresh.waitFor(/SWEEPER READY/);
+      await fresh.waitFor(/SWEEPER READY/, PATIENCE_MS);
       if (fault === 'engine.before-step:ship-order.v1') {
         // Killed before the step: nothing of it was recorded; the retry starts the child.
         const retry = spawn(['order', scope, key]);
-        await retry.waitFor(/RESULT/, 30_000);
+        await retry.waitFor(/RESULT/, PATIENCE_MS);
       }
       await expect
-        .poll(async () => (await db().sql`select status from stepkey.ledger where scope = ${scope} and key = ${key}`)[0]?.status, { timeout: 30_000 })
+        .poll(async () => (await db().sql`select status from stepkey.ledger where scope = ${scope} and key = ${key}`)[0]?.status)
         .toBe('completed');
       const [parent] = await db().sql`select root_key, outcome from stepkey.ledger where scope = ${scope} and key = ${key}`;
       const children = await db().sql`select key, root_key, status from stepkey.ledger where scope = ${scope} and parent_run = ${key}`;
@@ -101,6 +98,6 @@ describe('a child run', () => {
       expect([packed[0]!.n, confirmed[0]!.n]).toEqual([1, 1]);
       expect(JSON.parse(parent!.outcome as string)).toEqual({ parcel: `P-${key}` });
       fresh.kill();
-    }, 60_000);
+    });
   }
 });

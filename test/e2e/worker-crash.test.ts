@@ -14,6 +14,7 @@ import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { fanout, recordEffect, webhookEffect } from '../helpers/scripts/worker-child.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 40 });
 const script = fileURLToPath(new URL('../helpers/scripts/worker-child.ts', import.meta.url));
@@ -64,7 +65,7 @@ const count = async (query: Promise<{ n: number }[]>) => (await query)[0]!.n;
 describe('worker crashes', () => {
   it('runs a killed worker’s job again within seconds; the receiver is called twice and applies once', async () => {
     const doomed = startWorker({ faults: 'outbox.after-apply:test.webhook' });
-    await doomed.waitFor(/WORKER READY/, 60_000);
+    await doomed.waitFor(/WORKER READY/, PATIENCE_MS);
     const { key } = await enqueueEffect(db().sql, webhookEffect(receiverUrl), { event: 'order.paid' }, {
       scope: 'acme',
       key: uniqueKey('hook'),
@@ -76,21 +77,21 @@ describe('worker crashes', () => {
 
     const killedAt = Date.now();
     const rescuer = startWorker();
-    await rescuer.waitFor(/WORKER READY/, 60_000);
+    await rescuer.waitFor(/WORKER READY/, PATIENCE_MS);
     await expect
-      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where key = ${key}`), { timeout: 20_000 })
+      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where key = ${key}`))
       .toBe(0);
     expect(Date.now() - killedAt).toBeLessThan(20_000);
     expect(hits.get(key)).toBe(2);
     expect(await count(db().sql`select count(*)::int as n from webhook_applied where message_key = ${key}`)).toBe(1);
     rescuer.kill('SIGTERM');
     expect((await rescuer.exited).code).toBe(0);
-  }, 90_000);
+  });
 
   it('applies 1,000 effects from concurrent workflows exactly once with one of two workers SIGKILLed mid-way', async () => {
     const a = startWorker({ concurrency: 10 });
     const b = startWorker({ concurrency: 10 });
-    await Promise.all([a.waitFor(/WORKER READY/, 60_000), b.waitFor(/WORKER READY/, 60_000)]);
+    await Promise.all([a.waitFor(/WORKER READY/, PATIENCE_MS), b.waitFor(/WORKER READY/, PATIENCE_MS)]);
     const engine = testEngine(db(), [fanout]);
     const prefix = uniqueKey('fan');
     const started = Date.now();
@@ -104,11 +105,11 @@ describe('worker crashes', () => {
       }),
     );
     const received = () => count(db().sql`select count(*)::int as n from received where note like 'effect %'`);
-    await expect.poll(received, { timeout: 60_000, interval: 50 }).toBeGreaterThanOrEqual(250);
+    await expect.poll(received, { interval: 50 }).toBeGreaterThanOrEqual(250);
     a.kill('SIGKILL');
     await a.exited;
     await enqueue;
-    await expect.poll(received, { timeout: 60_000, interval: 200 }).toBeGreaterThanOrEqual(1000);
+    await expect.poll(received, { interval: 200 }).toBeGreaterThanOrEqual(1000);
     const elapsed = Date.now() - started;
     const [totals] = await db().sql`
       select count(*)::int as total, count(distinct message_key)::int as distinct_keys
@@ -118,23 +119,23 @@ describe('worker crashes', () => {
     // job the killed worker applied but had not marked done — once its pool is found dead and the
     // job runs again (its effect deduplicated), within seconds as in the test above.
     await expect
-      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`), { timeout: 30_000 })
+      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`))
       .toBe(0);
     expect(elapsed).toBeLessThan(60_000);
     await engine.shutdown();
     b.kill('SIGTERM');
     expect((await b.exited).code).toBe(0);
-  }, 150_000);
+  });
 
   it('drains in-flight jobs on SIGTERM, exits 0 and leaves nothing locked', async () => {
     const worker = startWorker({ concurrency: 4 });
-    const [, poolId] = (await worker.waitFor(/WORKER READY (\S+)/, 60_000)) as unknown as [string, string];
+    const [, poolId] = (await worker.waitFor(/WORKER READY (\S+)/, PATIENCE_MS)) as unknown as [string, string];
     const prefix = uniqueKey('drain');
     for (let n = 0; n < 20; n += 1) {
       await enqueueEffect(db().sql, recordEffect, { note: `drain ${n}`, sleepMs: 400 }, { scope: 'acme', key: `${prefix}-${n}` });
     }
     await expect
-      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where locked_by is not null`), { timeout: 20_000 })
+      .poll(() => count(db().sql`select count(*)::int as n from graphile_worker.jobs where locked_by is not null`))
       .toBeGreaterThan(0);
     worker.kill('SIGTERM');
     const exit = await worker.exited;
@@ -148,5 +149,5 @@ describe('worker crashes', () => {
     const done = await count(db().sql`select count(*)::int as n from received where note like 'drain %'`);
     const left = await count(db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`);
     expect(done + left).toBe(20);
-  }, 90_000);
+  });
 });

@@ -124,7 +124,7 @@ describe('cancel and resume', () => {
       expect(due.stdout).toBe(`Run '${key}' in scope '${scope}' (was failed) is due: a worker's sweeper continues it.\n`);
       // This process executed nothing; the engine's sweeper, another "process", takes the run.
       engine.startSweeper();
-      await expect.poll(async () => (await engine.get({ scope, key }))?.status, { timeout: 10_000 }).toBe('completed');
+      await expect.poll(async () => (await engine.get({ scope, key }))?.status).toBe('completed');
       const again = await cli(['resume', key, '--scope', scope, '--json']);
       expect(again.code).toBe(1);
       expect(JSON.parse(again.stderr)).toMatchObject({ error: { code: 'not_resumable' } });

@@ -12,6 +12,7 @@ import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 import { checkout, workflows } from '../helpers/scripts/cli-app.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const cliFile = 'src/cli/main.ts';
@@ -23,7 +24,7 @@ describe('stepkey worker', () => {
       env: { STEPKEY_LEASE_MS: '2000', DATABASE_URL: undefined },
     });
     try {
-      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, concurrency 2/);
+      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, concurrency 2/, PATIENCE_MS);
       const pools = await db().sql`select count(*)::int as n from stepkey.worker_pools where pool_id = ${poolId!}`;
       expect(pools[0]!.n).toBe(1);
 

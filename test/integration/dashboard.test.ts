@@ -235,7 +235,7 @@ describe('the shared poll', () => {
       await db().sql`insert into dash_gate values (true)`;
       await engine.run(gatedRun, { scope: 'dash', key: uniqueKey('new') }, { note: 'fresh' });
       await engine.shutdown();
-      await expect.poll(() => versions.get(0), { timeout: 10_000, interval: 100 }).not.toBe(before);
+      await expect.poll(() => versions.get(0), { interval: 100 }).not.toBe(before);
       stop = true;
       await Promise.all(tabs);
     } finally {

@@ -106,8 +106,8 @@ describe('a connection that fails when a step begins', () => {
     expect(row).toMatchObject({ status: 'in_progress', last_error: null });
     const rescuer = testEngine(db(), [flow]);
     rescuer.clock.advance(60_000);
-    await expect.poll(() => rescuer.sweep(), { timeout: 10_000 }).toBeGreaterThan(0);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(() => rescuer.sweep()).toBeGreaterThan(0);
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(await writes((await rescuer.get(ref))!.rootKey)).toEqual(['b']);
     await rescuer.shutdown();
     await engine.shutdown();
@@ -156,7 +156,7 @@ describe('a commit whose connection went', () => {
     between.open();
     expect(await running).toMatchObject({ code: 'database_unavailable' });
     expect(await db().sql`select 1 from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`).toHaveLength(0);
-    await expect.poll(() => engine.attempt(flow, ref, {}).catch(() => undefined), { timeout: 10_000 }).toMatchObject({ state: 'completed' });
+    await expect.poll(() => engine.attempt(flow, ref, {}).catch(() => undefined)).toMatchObject({ state: 'completed' });
     expect(await writes((await engine.get(ref))!.rootKey)).toEqual(['a', 'b']);
     await engine.shutdown();
   });
@@ -198,13 +198,11 @@ describe('a connection that never comes', () => {
     expect(['lease_lost', 'database_unavailable']).toContain(error.code);
     // Its lease is no longer renewed: it runs out.
     await expect
-      .poll(async () => (await db().sql`select locked_until <= now() as expired from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]!.expired, {
-        timeout: 10_000,
-      })
+      .poll(async () => (await db().sql`select locked_until <= now() as expired from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]!.expired)
       .toBe(true);
     const rescuer = testEngine(db(), [flow]);
-    await expect.poll(() => rescuer.sweep(), { timeout: 10_000 }).toBeGreaterThan(0);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(() => rescuer.sweep()).toBeGreaterThan(0);
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(await writes((await rescuer.get(ref))!.rootKey)).toEqual(['b']);
     await rescuer.shutdown();
     await holder.shutdown({ timeoutMs: 100 });
@@ -239,7 +237,7 @@ describe('a call in flight when the database goes', () => {
     await engine.start(flow, ref, {});
     await inCall;
     await relay.down();
-    await expect.poll(() => aborted, { timeout: 10_000 }).toBeDefined();
+    await expect.poll(() => aborted).toBeDefined();
     await relay.up();
     expect((aborted!.reason as Error).message).toMatch(/lease_lost/);
     // It stopped calling while its lease still held: no takeover could have come first.

@@ -174,11 +174,9 @@ describe('the sweeper during a deploy', () => {
     const replacement = testEngine(db(), [versioned(1), versioned(2)]);
     replacement.clock.advance(60_000);
     let taken = 0;
-    await expect.poll(async () => (taken += await replacement.sweep()), { timeout: 10_000 }).toBe(1);
+    await expect.poll(async () => (taken += await replacement.sweep())).toBe(1);
     await expect
-      .poll(async () => (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status, {
-        timeout: 10_000,
-      })
+      .poll(async () => (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status)
       .toBe('completed');
     await oldRelease.shutdown();
     await replacement.shutdown();

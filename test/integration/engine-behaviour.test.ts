@@ -422,7 +422,7 @@ describe('takeover', () => {
     const rescuer = testEngine(db(), [stuck], { leaseMs: 60_000 });
     rescuer.clock.advance(61_000);
     expect(await rescuer.sweep()).toBeGreaterThanOrEqual(1);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     release();
     await expect(handle.result()).resolves.toBe('done');
     expect(await effectCount(childKey(handle.rootKey!, 'work.v1'))).toBe(1);

@@ -127,8 +127,8 @@ describe('step limits', () => {
     const refs = Array.from({ length: 6 }, (_, i) => ({ scope: 'acme', key: uniqueKey(`pair-${i}`) }));
     const ids = refs.map((ref) => `pair:${ref.key}`);
     await Promise.all(refs.map((ref, i) => e.start(held, ref, { id: ids[i]! })));
-    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
-    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length, { timeout: 30_000 }).toBe(4);
+    await expect.poll(() => inside.size).toBe(2);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length).toBe(4);
     for (const ref of refs) {
       const row = await runRow(db().sql, ref);
       if (row?.status !== 'waiting') continue;
@@ -139,7 +139,7 @@ describe('step limits', () => {
     expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 2, slots: 2 });
     // No sweeper runs in this engine: each waiter continues only because a slot given back woke it.
     for (let opened = 0; opened < 6; opened += 1) {
-      await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(Math.min(2, 6 - opened));
+      await expect.poll(() => inside.size).toBe(Math.min(2, 6 - opened));
       gate([...inside][0]!).open();
     }
     for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
@@ -153,12 +153,12 @@ describe('step limits', () => {
     const refs = ['a', 'b', 'c'].map((name) => ({ scope: 'acme', key: uniqueKey(`pairtx-${name}`) }));
     for (const ref of refs) await e.start(held, ref, { id: `pairtx:${ref.key}` });
     // Two hold the slots inside their transactions (whichever got there first); the third is parked.
-    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
-    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length, { timeout: 30_000 }).toBe(1);
+    await expect.poll(() => inside.size).toBe(2);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((row) => row?.status === 'waiting').length).toBe(1);
     const parked = refs.find((ref) => !inside.has(`pairtx:${ref.key}`))!;
     expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 2, slots: 2 });
     for (const ref of refs) if (ref !== parked) gate(`pairtx:${ref.key}`).open();
-    await expect.poll(() => inside.has(`pairtx:${parked.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`pairtx:${parked.key}`)).toBe(true);
     gate(`pairtx:${parked.key}`).open();
     for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
     expect(await limitHeld(db().sql, 'lim-pair')).toMatchObject({ held: 0, slots: 0 });
@@ -177,13 +177,13 @@ describe('step limits', () => {
     const holder = { scope: 'acme', key: uniqueKey('cancel-holder') };
     const waiter = { scope: 'acme', key: uniqueKey('cancel-waiter') };
     await e.start(held, holder, { id: `single:${holder.key}` });
-    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`single:${holder.key}`)).toBe(true);
     await e.start(held, waiter, { id: `single:${waiter.key}` });
-    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind).toBe('limit');
     expect(await e.cancel(holder, 'test')).toBe(true);
     // The holder's cancel gave its slot back and marked the waiter due: the sweeper (or a wake) takes it.
     e.startSweeper();
-    await expect.poll(() => inside.has(`single:${waiter.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`single:${waiter.key}`)).toBe(true);
     gate(`single:${waiter.key}`).open();
     await waitForRunsToEnd(db().sql, waiter.key, 30_000);
     await waitForRunsToEnd(db().sql, holder.key, 30_000);
@@ -201,15 +201,15 @@ describe('step limits', () => {
     const holder = { scope: 'acme', key: uniqueKey('take-holder') };
     const waiter = { scope: 'acme', key: uniqueKey('take-waiter') };
     await first.start(heldAlone, holder, { id: `single:${holder.key}` });
-    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`single:${holder.key}`)).toBe(true);
     await first.start(heldAlone, waiter, { id: `single:${waiter.key}` });
-    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.wait_kind).toBe('limit');
     // The first process stalls: its heartbeat stops, and for the second its lease (and the waiter's backstop) have run out.
     await first.shutdown({ timeoutMs: 1 });
     const second = alone();
     second.clock.advance(10_000);
     // The second takes the holder over: its second execution.
-    await expect.poll(async () => (await second.sweep(), (await runRow(db().sql, holder))?.attempts), { timeout: 30_000 }).toBe(2);
+    await expect.poll(async () => (await second.sweep(), (await runRow(db().sql, holder))?.attempts)).toBe(2);
     // The holder's new execution re-took its own slot, under its new lease token; the waiter parked again.
     await expect
       .poll(async () => {
@@ -218,16 +218,16 @@ describe('step limits', () => {
             join stepkey.ledger l on l.scope = s.scope and l.key = s.key
            where s.scope = ${holder.scope} and s.key = ${holder.key}`;
         return row?.same ?? false;
-      }, { timeout: 30_000 })
+      })
       .toBe(true);
-    await expect.poll(() => inside.has(`single:${holder.key}`), { timeout: 30_000 }).toBe(true);
-    await expect.poll(async () => (await runRow(db().sql, waiter))?.status, { timeout: 30_000 }).toBe('waiting');
+    await expect.poll(() => inside.has(`single:${holder.key}`)).toBe(true);
+    await expect.poll(async () => (await runRow(db().sql, waiter))?.status).toBe('waiting');
     expect(await limitHeld(db().sql, 'lim-single')).toMatchObject({ held: 1, slots: 1 });
     expect(inside.has(`single:${waiter.key}`)).toBe(false);
     gate(`single:${holder.key}`).open();
     await waitForRunsToEnd(db().sql, holder.key, 30_000);
     // The slot given back woke the waiter here, at once (no sweeper runs in this engine).
-    await expect.poll(() => inside.has(`single:${waiter.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`single:${waiter.key}`)).toBe(true);
     gate(`single:${waiter.key}`).open();
     await waitForRunsToEnd(db().sql, waiter.key, 30_000);
     expect(executions.get(`single:${waiter.key}`)).toBe(1);
@@ -241,12 +241,12 @@ describe('step limits', () => {
     const b1 = { scope: 'acme', key: uniqueKey('acct-b1') };
     await e.start(held, a1, { id: `acct:${a1.key}`, account: 'a' });
     await e.start(held, b1, { id: `acct:${b1.key}`, account: 'b' });
-    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(2);
+    await expect.poll(() => inside.size).toBe(2);
     await e.start(held, a2, { id: `acct:${a2.key}`, account: 'a' });
-    await expect.poll(async () => (await runRow(db().sql, a2))?.wait_for, { timeout: 30_000 }).toBe('lim-account[a]');
+    await expect.poll(async () => (await runRow(db().sql, a2))?.wait_for).toBe('lim-account[a]');
     expect((await e.get(a2))?.wait).toMatchObject({ kind: 'limit', for: 'lim-account[a]' });
     gate(`acct:${a1.key}`).open();
-    await expect.poll(() => inside.has(`acct:${a2.key}`), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => inside.has(`acct:${a2.key}`)).toBe(true);
     gate(`acct:${a2.key}`).open();
     gate(`acct:${b1.key}`).open();
     for (const ref of [a1, a2, b1]) await waitForRunsToEnd(db().sql, ref.key, 30_000);
@@ -261,7 +261,7 @@ describe('step limits', () => {
     expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(1);
     const next = { scope: 'acme', key: uniqueKey('metered-next') };
     await e.start(metered, next, { id: next.key });
-    await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind).toBe('limit');
     const row = await runRow(db().sql, next);
     expect(row).toMatchObject({ status: 'waiting', lease_token: null, locked_until: null });
     // One token per minute: the next is due in about a minute, and the run waits that long.
@@ -271,7 +271,7 @@ describe('step limits', () => {
     // A third waits a token longer: waiters come back spread out, in turn.
     const third = { scope: 'acme', key: uniqueKey('metered-third') };
     await e.start(metered, third, { id: third.key });
-    await expect.poll(async () => (await runRow(db().sql, third))?.wait_kind, { timeout: 30_000 }).toBe('limit');
+    await expect.poll(async () => (await runRow(db().sql, third))?.wait_kind).toBe('limit');
     expect((await runRow(db().sql, third))!.wake_in_ms).toBeGreaterThan(90_000);
     // Once the token is due (time moved on), a sweep continues the run.
     e.clock.advance(61_000);
@@ -303,7 +303,7 @@ describe('step limits', () => {
           select count(*)::int as n from pg_stat_activity
            where datname = current_database() and wait_event_type = 'Lock' and strpos(query, 'limit_partitions') > 0`)[0]!.n).toBe(1);
         await rival`commit`;
-        await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { timeout: 10_000, interval: 10 }).toBe('limit');
+        await expect.poll(async () => (await runRow(db().sql, next))?.wait_kind, { interval: 10 }).toBe('limit');
         const row = await runRow(db().sql, next);
         // One token's time (a second here), not the backstop of a run waiting for a slot (10 s and more).
         expect(row!.wake_in_ms).toBeGreaterThan(0);
@@ -349,8 +349,8 @@ describe('step limits', () => {
     // The old release (concurrency 5 in its code) now enforces the row's 1.
     const refs = [0, 1, 2].map((i) => ({ scope: 'acme', key: uniqueKey(`shared-${i}`) }));
     for (const ref of refs) await old.start(wf(wide, 1), ref, { id: `s:${ref.key}` });
-    await expect.poll(() => inside.size, { timeout: 30_000 }).toBe(1);
-    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((r) => r?.status === 'waiting').length, { timeout: 30_000 }).toBe(2);
+    await expect.poll(() => inside.size).toBe(1);
+    await expect.poll(async () => (await Promise.all(refs.map((ref) => runRow(db().sql, ref)))).filter((r) => r?.status === 'waiting').length).toBe(2);
     for (const ref of refs) gate(`s:${ref.key}`).open();
     for (const ref of refs) await waitForRunsToEnd(db().sql, ref.key, 30_000);
     expect(await limitHeld(db().sql, 'lim-shared')).toMatchObject({ held: 0, slots: 0 });

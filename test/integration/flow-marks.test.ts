@@ -115,7 +115,7 @@ describe('the flow mark', () => {
     const sql = db().sql;
     const ref = { scope: 'acme', key: uniqueKey('mark-late') };
     const running = e.run(plain, ref, { id: ref.key });
-    await expect.poll(() => flowOf(sql, ref), { timeout: 10_000 }).toBe(false);
+    await expect.poll(() => flowOf(sql, ref)).toBe(false);
     // As a process whose definition of this workflow takes a limit would, and a queue's entry.
     await takeSlot(sql, ref, 'mark-single');
     await sql`
@@ -138,7 +138,7 @@ describe('the flow mark', () => {
     await takeSlot(sql, ref, 'mark-single');
     expect(await flowOf(sql, ref)).toBeUndefined();
     const running = e.run(plain, ref, { id: ref.key });
-    await expect.poll(() => flowOf(sql, ref), { timeout: 10_000 }).toBe(false);
+    await expect.poll(() => flowOf(sql, ref)).toBe(false);
     // Taken again for the new run, the way an acquire takes a slot it already has a row for.
     await sql`
       insert into stepkey.limit_slots as l (scope, key, limit_name, partition, step, token, granted_at)

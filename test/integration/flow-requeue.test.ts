@@ -116,7 +116,7 @@ async function failedBehindHolder(e: Engine, prefix: string) {
 
   const held = await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
   expect(held).toMatchObject({ started: true, queued: false });
-  await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+  await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length).toBe(1);
   failing.delete(failed.key);
   return { failed, holder, input, held };
 }
@@ -226,7 +226,7 @@ describe('a failed queued run that is resumed', () => {
     expect(await again.result()).toEqual({ id: byEnqueue.key });
     // No sweeper runs in this engine: only the prompt dispatch can start it.
     expect(await e.resume(byResume)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
-    await expect.poll(async () => (await status(db().sql, byResume))?.status, { timeout: 20_000 }).toBe('completed');
+    await expect.poll(async () => (await status(db().sql, byResume))?.status).toBe('completed');
     expect(await operatorActions(db()).resume(byOperator)).toEqual({ applied: true, previous: 'failed', busy: false, expired: false });
     expect(await status(db().sql, byOperator)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
     await e.sweep();
@@ -308,7 +308,7 @@ describe('a failed queued run that is resumed', () => {
             : makeRunDue(db().sql, systemClock, ref);
         // It waits for the holder's row lock.
         await expect.poll(async () => (await db().sql`
-          select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n, { timeout: 10_000 }).toBe(1);
+          select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n).toBe(1);
         await holder`commit`;
         if (how === 'takeover') expect(await racing).toBeUndefined();
         else expect(await racing).toEqual({ applied: false, busy: false, expired: false });
@@ -375,7 +375,7 @@ describe('an upgrade to migration 0014', () => {
       await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
       // A run holding the slot across the upgrade, at its gate.
       await e.enqueue(flaky, inFlight, { id: inFlight.key, hold: true }, { queue: single });
-      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length, { timeout: 10_000 }).toBe(1);
+      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length).toBe(1);
       failing.delete(ref.key);
 
       await migrate(url);
@@ -435,12 +435,12 @@ describe('an upgrade to migration 0009', () => {
         const e = engine(upgraded);
         // Dispatched like any queued run; it fails, keeps its entry, holds no slot.
         await e.sweep();
-        await expect.poll(async () => (await status(upgraded.sql, ref))?.status, { timeout: 20_000 }).toBe('failed');
+        await expect.poll(async () => (await status(upgraded.sql, ref))?.status).toBe('failed');
         expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
         // Another run holds the slot; the resumed run waits for it.
         const holder = { scope: 'acme', key: `${ref.key}-holder` };
         await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
-        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length).toBe(1);
         failing.delete(ref.key);
         expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
         expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });

@@ -8,6 +8,7 @@ import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testLedger, uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 60 });
 
@@ -221,10 +222,10 @@ describe('once, killed by SIGKILL', () => {
     expect((await child.exited).signal).toBe('SIGKILL');
     expect(await ordersFor(key)).toBe(0);
     const ledger = testLedger(db());
-    await expect.poll(async () => ledger.get({ scope: 'acme', key }), { timeout: 5_000 }).toBeUndefined();
+    await expect.poll(async () => ledger.get({ scope: 'acme', key })).toBeUndefined();
 
     const retry = spawnScript(script, { args: [db().url, 'acme', key] });
-    await retry.waitFor(/DONE executed/);
+    await retry.waitFor(/DONE executed/, PATIENCE_MS);
     expect(await ordersFor(key)).toBe(1);
   });
 
@@ -234,7 +235,7 @@ describe('once, killed by SIGKILL', () => {
     expect((await child.exited).signal).toBe('SIGKILL');
     expect(await ordersFor(key)).toBe(1);
     const retry = spawnScript(script, { args: [db().url, 'acme', key] });
-    await retry.waitFor(/DONE replay/);
+    await retry.waitFor(/DONE replay/, PATIENCE_MS);
     expect(await ordersFor(key)).toBe(1);
   });
 });

@@ -183,12 +183,11 @@ describe('consume', () => {
     // A second job carrying the same message, as a redelivery would.
     const envelope = JSON.stringify({ k: key, s: ref.scope, p: { note: 'dup' } });
     await db().sql`select graphile_worker.add_job('test.record', ${envelope}::json)`;
-    await expect.poll(() => receivedFor(key), { timeout: 10_000 }).toBe(1);
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => receivedFor(key)).toBe(1);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     await expect
       .poll(
         async () => (await db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`)[0]!.n,
-        { timeout: 10_000 },
       )
       .toBe(0);
     expect(await receivedFor(key)).toBe(1);
@@ -199,14 +198,14 @@ describe('consume', () => {
     const ref = { scope: 'acme', key: uniqueKey('hook') };
     const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
     await expect
-      .poll(async () => (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key), { timeout: 10_000 })
+      .poll(async () => (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key))
       .toMatchObject({ attempts: 1, maxAttempts: 1, lastError: expect.stringMatching(/answered 400/) });
     expect(receiverHits.get(key)).toBe(1);
 
     receiverStatus = 200;
     const failed = (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key)!;
     expect(await retryJobs(db().sql, [failed.id])).toEqual([failed.id]);
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     expect(receiverHits.get(key)).toBe(2);
   });
 
@@ -214,13 +213,13 @@ describe('consume', () => {
     receiverStatus = 503;
     const ref = { scope: 'acme', key: uniqueKey('retry') };
     const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
-    await expect.poll(() => receiverHits.get(key) ?? 0, { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => receiverHits.get(key) ?? 0).toBe(1);
     await expect
-      .poll(async () => (await listJobs(db().sql)).find((j) => j.key === key), { timeout: 10_000 })
+      .poll(async () => (await listJobs(db().sql)).find((j) => j.key === key))
       .toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 3 });
     receiverStatus = 200;
     await db().sql`update graphile_worker._private_jobs set run_at = now() where key = ${key}`;
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     expect(receiverHits.get(key)).toBe(2);
   });
 });

@@ -135,7 +135,7 @@ describe('rerun from a step', () => {
     expect(cli.code, cli.stderr).toBe(0);
     expect(cli.json()).toMatchObject({ started: true, taken: ['reserve.v1', '$uuid[reservation]', 'charge.v1'], again: ['ship.v1'] });
     expect(executed['ship@1']).toBe(before['ship@1']);
-    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key }))?.status), { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key }))?.status)).toBe('completed');
     expect(executed['ship@1']).toBe((before['ship@1'] ?? 0) + 1);
     expect(executed['charge@1']).toBe(before['charge@1']);
     expect((await engine.get({ scope: old.scope, key }))!.attempts).toBe(1);

@@ -87,7 +87,7 @@ afterAll(async () => {
 async function holdTheSlot(): Promise<() => void> {
   const name = uniqueKey('holder');
   await engine.enqueue(report, { scope: 'acme', key: name }, { month: 'hold', gate: name }, { queue: reports });
-  await expect.poll(() => executions.get(name) ?? 0, { timeout: 10_000 }).toBe(1);
+  await expect.poll(() => executions.get(name) ?? 0).toBe(1);
   return () => gate(name).open();
 }
 
@@ -118,7 +118,7 @@ describe('a workflow procedure on a queue', () => {
     expect((await post(url, 'report', { month: '2026-12' }, headers)).status).toBe(422);
 
     release();
-    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status).toBe('completed');
     expect(await status(key)).toMatchObject({ status: 'completed', output: { month: '2026-11', rows: 7 } });
     const done = await post(url, 'report', { month: '2026-11' }, headers);
     expect(done.status).toBe(200);
@@ -150,7 +150,7 @@ describe('a workflow procedure on a queue', () => {
     const [entries] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.queue_entries where scope = 'acme' and key = ${key}`;
     expect(entries!.n).toBe(1);
     release();
-    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status).toBe('completed');
     expect(executions.get(key)).toBe(1);
   });
 
@@ -162,7 +162,7 @@ describe('a workflow procedure on a queue', () => {
     expect(started.json).toMatchObject({ result: { data: { key, started: true, queued: true } } });
     expect(await status(key)).toMatchObject({ status: 'waiting', queue: { queue: 'trpc-reports', position: 1 } });
     release();
-    await expect.poll(async () => (await status(key)).status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await status(key)).status).toBe('completed');
   });
 
   it('refuses, when the procedure is defined, a queue the engine does not register (naming it) and a queue option that is no queue', async () => {

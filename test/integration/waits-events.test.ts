@@ -120,7 +120,7 @@ describe('waitForEvent', () => {
     expect(new Set(sends.map((s) => s.seq)).size).toBe(1);
     await expect(engine.send(handle, 'comment', { text: 'other' }, { key: 'one-key' })).rejects.toMatchObject({ code: 'mismatch' });
     // The first wait consumed it; the second still waits.
-    await expect.poll(async () => (await engine.get(ref))!.wait?.step, { timeout: 5_000 }).toBe('comment.v1[second]');
+    await expect.poll(async () => (await engine.get(ref))!.wait?.step).toBe('comment.v1[second]');
     expect(await mailbox(ref)).toEqual([{ topic: 'comment', sender_key: 'one-key', consumed: true }]);
     await engine.send(handle, 'comment', { text: 'next' }, { key: 'two-key' });
     await expect(handle.result()).resolves.toEqual(['same', 'next']);
@@ -178,7 +178,7 @@ describe('a timeout', () => {
     engine.clock.advance(61_000);
     other.clock.advance(61_000);
     await Promise.all([engine.send(handle, 'approved', { by: 'ada' }, { key: 'on-time' }), engine.sweep(), other.sweep()]);
-    await expect.poll(() => status(ref), { timeout: 5_000 }).toBe('completed');
+    await expect.poll(() => status(ref)).toBe('completed');
     const info = (await engine.get(ref))!;
     const recorded = JSON.parse(info.steps.find((s) => s.name === 'approval.v1')!.output!);
     const expected = recorded.type === 'event' ? 'approved by ada' : 'timed out';

@@ -135,7 +135,7 @@ describe('cancel racing a wait', () => {
     expect(await cancelling).toBe(true);
     expect(await status(ref.scope, ref.key)).toBe('cancelled');
     expect(await status(ref.scope, kid)).toBe('cancelled');
-    await expect.poll(deadlocks, { timeout: 5_000 }).toBeGreaterThan(deadlocksBefore);
+    await expect.poll(deadlocks).toBeGreaterThan(deadlocksBefore);
     await engine.shutdown();
   });
 });
@@ -381,7 +381,7 @@ describe('a child failed by a process that does not register its version', () =>
     await expect.poll(() => status(ref.scope, ref.key)).toBe('completed');
     expect(await a.run(mom, ref, {})).toBe('done');
     expect(await status(ref.scope, child)).toBe('completed');
-    await expect.poll(deadlocks, { timeout: 5_000 }).toBeGreaterThan(deadlocksBefore);
+    await expect.poll(deadlocks).toBeGreaterThan(deadlocksBefore);
     await a.shutdown();
   });
 });
@@ -508,7 +508,7 @@ describe('a child started in a transaction that has been open a while', () => {
     const engine = testEngine(db(), [slowParent, held], { leaseMs: 500, heartbeatMs: 600_000 });
     const ref = { scope: 'acme', key: uniqueKey('slow-parent') };
     await engine.start(slowParent, ref, {});
-    await expect.poll(() => letGo !== undefined, { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => letGo !== undefined).toBe(true);
     const child = (await engine.get(ref))!.wait!.for!;
     // Counted from the transaction's start, it would have run out before the child's start
     // committed: any sweeper would take the child from the process that runs it.
@@ -519,7 +519,7 @@ describe('a child started in a transaction that has been open a while', () => {
          and s.scope = ${ref.scope} and s.run_key = ${ref.key} and s.name = 'slow.v1'`;
     expect(row!.locked_until).toBeGreaterThanOrEqual(Number(row!.slow_done) + engine.leaseMs);
     letGo!();
-    await expect.poll(() => status(ref.scope, ref.key), { timeout: 5_000 }).toBe('completed');
+    await expect.poll(() => status(ref.scope, ref.key)).toBe('completed');
     await engine.shutdown();
   });
 });

@@ -129,7 +129,7 @@ describe('sleep', () => {
     const rescuer = testEngine(db(), [trial]);
     rescuer.clock.advance(HOUR + 1_000);
     expect(await rescuer.sweep()).toBe(1);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(counts.get(`before:${ref.key}`)).toBe(1);
     expect(counts.get(`after:${ref.key}`)).toBe(1);
     const info = (await rescuer.get(ref))!;
@@ -145,8 +145,8 @@ describe('sleep', () => {
     const engine = testEngine(db(), [nap]);
     const ref = { scope: 'acme', key: uniqueKey('nap') };
     await engine.start(nap, ref, { id: ref.key });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000, interval: 20 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).wait_kind, { interval: 10 }).toBe('timer');
+    await expect.poll(async () => (await row(ref)).status, { interval: 20 }).toBe('completed');
     expect(counts.get(`nap:${ref.key}`)).toBe(1);
     await engine.shutdown();
   });
@@ -155,17 +155,17 @@ describe('sleep', () => {
     const engine = testEngine(db(), [napThenHold]);
     const ref = { scope: 'acme', key: uniqueKey('nap-skew') };
     await engine.start(napThenHold, ref, { id: ref.key });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    await expect.poll(async () => (await row(ref)).wait_kind, { interval: 10 }).toBe('timer');
     // As if the database's clock ran a second behind: by it, the run is due a second after the timer fires.
     await db().sql`update stepkey.ledger set wake_at = wake_at + interval '1 second' where scope = ${ref.scope} and key = ${ref.key}`;
-    await expect.poll(async () => (await row(ref)).status, { timeout: 10_000, interval: 20 }).toBe('in_progress');
+    await expect.poll(async () => (await row(ref)).status, { interval: 20 }).toBe('in_progress');
     // Not before its (database) time.
     const [late] = await db().sql<{ ms: number }[]>`
       select (extract(epoch from clock_timestamp() - wake_at) * 1000)::float8 as ms from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
     expect(late!.ms).toBeGreaterThanOrEqual(0);
-    await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBe(1);
+    await expect.poll(() => waiting.length, { interval: 20 }).toBe(1);
     waiting.shift()!();
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     await engine.shutdown();
   });
 
@@ -176,19 +176,19 @@ describe('sleep', () => {
     const refs = Array.from({ length: 6 }, () => ({ scope: 'acme', key: uniqueKey('nap-room') }));
     const until = Date.now() + 1_500;
     for (const ref of refs) await engine.start(napThenHold, ref, { id: ref.key, until });
-    for (const ref of refs) await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    for (const ref of refs) await expect.poll(async () => (await row(ref)).wait_kind, { interval: 10 }).toBe('timer');
     // All six come due at the same instant: two are taken, four stay parked.
-    await expect.poll(() => inside, { timeout: 10_000, interval: 20 }).toBe(2);
+    await expect.poll(() => inside, { interval: 20 }).toBe(2);
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(engine.activeRuns).toBe(2);
     const statuses = await Promise.all(refs.map(async (ref) => (await row(ref)).status));
     expect(statuses.filter((status) => status === 'waiting')).toHaveLength(4);
     engine.startSweeper();
     for (let released = 0; released < refs.length; released += 1) {
-      await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBeGreaterThan(0);
+      await expect.poll(() => waiting.length, { interval: 20 }).toBeGreaterThan(0);
       waiting.shift()!();
     }
-    for (const ref of refs) await expect.poll(async () => (await row(ref)).status, { timeout: 10_000 }).toBe('completed');
+    for (const ref of refs) await expect.poll(async () => (await row(ref)).status).toBe('completed');
     expect(most).toBe(2);
     await engine.shutdown();
   });
@@ -197,7 +197,7 @@ describe('sleep', () => {
     const engine = testEngine(db(), [nap], { queues: [napQueue] });
     const ref = { scope: 'acme', key: uniqueKey('nap-queued') };
     const handle = await engine.enqueue(nap, ref, { id: ref.key }, { queue: napQueue });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
+    await expect.poll(async () => (await row(ref)).wait_kind, { interval: 10 }).toBe('timer');
     // Parked on its sleep, it gave its slot back: only the queue's dispatch may start it again.
     await expect(handle.result()).resolves.toBe('rested');
     expect(counts.get(`nap:${ref.key}`)).toBe(1);
@@ -211,7 +211,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     // As if the woken execution died before the sleep's record committed: back in progress, lease
     // run out, the sleep and what followed not recorded — the wait still on the row.
     await db().sql`delete from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key} and name in ('cooldown.v1', 'after.v1')`;
@@ -219,7 +219,7 @@ describe('sleep', () => {
                       expires_at = null, lease_token = gen_random_uuid(), locked_until = now()
                     where scope = ${ref.scope} and key = ${ref.key}`;
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     const info = (await engine.get(ref))!;
     expect(JSON.parse(info.steps.find((s) => s.name === 'cooldown.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
     // A replay never waits.
@@ -235,7 +235,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     // The sleep's record, the tx step's row and record, and the run's completion: one transaction.
     const rows = await db().sql<{ name: string | null; xid: string }[]>`
       select name, xmin::text as xid from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}
@@ -257,7 +257,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('failed');
+    await expect.poll(async () => (await row(ref)).status).toBe('failed');
     // The sleep is over for good: a resume (after a queue's requeue, say, which forgets the wait) never sleeps again.
     const info = (await engine.get(ref))!;
     expect(info.steps.map((s) => s.name)).toEqual(['rest.v1']);

@@ -66,11 +66,11 @@ describe('worker liveness', () => {
     const clock = new Clock();
     const worker = await startWorker(db(), clock);
     await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('drain') });
-    await expect.poll(() => started, { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => started).toBe(1);
 
     const stopped = worker.stop();
     clock.advance(10 * leaseMs);
-    await expect.poll(() => beatSince(worker.poolId, clock), { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => beatSince(worker.poolId, clock)).toBe(true);
     expect(await unlockDeadPools(db().sql, clock, leaseMs)).not.toContain(worker.poolId);
     expect(await lockedBy(worker.poolId)).toBe(1);
 
@@ -90,10 +90,10 @@ describe('worker liveness', () => {
     await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('busy-a') });
     await enqueueEffect(db().sql, held, { n: 2 }, { scope: 'acme', key: uniqueKey('busy-b') });
     // Two handlers, each inside its inbox transaction: both connections of the pool are taken.
-    await expect.poll(() => started, { timeout: 10_000 }).toBe(2);
+    await expect.poll(() => started).toBe(2);
 
     clock.advance(10 * leaseMs);
-    await expect.poll(() => beatSince(worker.poolId, clock), { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => beatSince(worker.poolId, clock)).toBe(true);
     expect(await unlockDeadPools(db().sql, clock, leaseMs)).not.toContain(worker.poolId);
     expect(await lockedBy(worker.poolId)).toBe(2);
   });
@@ -103,7 +103,7 @@ describe('worker liveness', () => {
     const clock = new Clock();
     const worker = await startWorker(db(), clock);
     await enqueueEffect(db().sql, held, { n: 1 }, { scope: 'acme', key: uniqueKey('own') });
-    await expect.poll(() => started, { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => started).toBe(1);
     // As if the worker stalled between its beat and its check for dead pools (in one transaction,
     // so that none of its beats comes in between).
     const checkAsIfStale = (self: string) =>

@@ -14,6 +14,7 @@ import { runWorker } from '../../src/worker/run-worker.js';
 import { appModule } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 
@@ -41,7 +42,7 @@ describe('a worker whose graphile-worker stops by itself', () => {
       purgeSchedule: false,
       onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`),
     });
-    await expect.poll(listeners, { timeout: 5_000 }).toBe(1);
+    await expect.poll(listeners).toBe(1);
     await announceBreakingMigration();
     await expect(worker.closed).rejects.toMatchObject({ message: expect.stringMatching(/stopped by itself/) });
     expect(errors).toContainEqual(expect.stringMatching(/^graphile-worker: graphile-worker's pool pool-\w+ stopped by itself/));
@@ -57,8 +58,8 @@ describe('a worker whose graphile-worker stops by itself', () => {
       env: { STEPKEY_LEASE_MS: '2000', DATABASE_URL: undefined },
     });
     try {
-      await child.waitFor(/stepkey worker pool \S+ running/);
-      await expect.poll(listeners, { timeout: 5_000 }).toBe(1);
+      await child.waitFor(/stepkey worker pool \S+ running/, PATIENCE_MS);
+      await expect.poll(listeners).toBe(1);
       await announceBreakingMigration();
       const exited = await Promise.race([child.exited, sleep(10_000).then(() => 'still running')]);
       expect(exited, child.output()).toEqual({ code: 1, signal: null });
@@ -115,7 +116,7 @@ describe('stop()', () => {
       onError: () => {},
     });
     await enqueueEffect(db().sql, patient, {}, { scope: 'acme', key: uniqueKey('patient') });
-    await expect.poll(() => started, { timeout: 10_000 }).toBe(true);
+    await expect.poll(() => started).toBe(true);
     await worker.stop();
     expect(aborted).toBe(true);
   });
