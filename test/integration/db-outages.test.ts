@@ -70,7 +70,8 @@ function twoSteps(name: string, first: 'call' | 'tx', between: () => Promise<voi
 describe('a connection that fails when a step begins', () => {
   it('is a failed attempt that the step’s retry policy retries', async () => {
     const between = gate();
-    const flow = twoSteps('outage-begin', 'call', between.wait, 8);
+    // Retries for minutes: the outage ends long before they run out, however slowly this host runs.
+    const flow = twoSteps('outage-begin', 'call', between.wait, 1_000);
     const engine = testEngine(viaRelay as never, [flow]);
     const ref = { scope: 'acme', key: uniqueKey('begin') };
     const running = engine.attempt(flow, ref, {});
@@ -105,7 +106,7 @@ describe('a connection that fails when a step begins', () => {
     const [row] = await db().sql`select status, last_error from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
     expect(row).toMatchObject({ status: 'in_progress', last_error: null });
     const rescuer = testEngine(db(), [flow]);
-    rescuer.clock.advance(60_000);
+    rescuer.clock.advance(engine.leaseMs + 60_000);
     await expect.poll(() => rescuer.sweep()).toBeGreaterThan(0);
     await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(await writes((await rescuer.get(ref))!.rootKey)).toEqual(['b']);
@@ -232,7 +233,9 @@ describe('a call in flight when the database goes', () => {
         );
       },
     });
-    const engine = testEngine(viaRelay as never, [flow], { leaseMs: 1_500, heartbeatMs: 200 });
+    // The execution stops once its lease would end before the next beat plus a tenth of the lease: with
+    // this lease, ten seconds before it ends — a margin a busy host's timers do not miss.
+    const engine = testEngine(viaRelay as never, [flow], { leaseMs: 30_000 });
     const ref = { scope: 'acme', key: uniqueKey('in-call') };
     await engine.start(flow, ref, {});
     await inCall;

@@ -1,6 +1,5 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { inTransaction } from '../../src/db/transaction.js';
@@ -15,6 +14,7 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 20 });
 
@@ -35,7 +35,7 @@ const webhook = defineEffect({
   payload: z.object({ event: z.string() }),
   maxAttempts: 3,
   async handler(payload, { key, signal }) {
-    await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: 2_000 });
+    await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: PATIENCE_MS });
   },
 });
 
@@ -124,13 +124,18 @@ describe('enqueue', () => {
   it('leaves no job when the step transaction rolls back (the run was cancelled under it)', async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
+    let waiting!: () => void;
+    const inWait = new Promise<void>((resolve) => (waiting = resolve));
     const gated = defineWorkflow({
       name: 'outbox-gated',
       version: 1,
       input: z.object({}),
       steps: { wait: step('wait.v1'), notify: step('notify.v1') },
       async run({ steps }) {
-        await steps.wait.call(async () => gate);
+        await steps.wait.call(async () => {
+          waiting();
+          await gate;
+        });
         return steps.notify.enqueue(record, { note: 'late' });
       },
     });
@@ -138,7 +143,8 @@ describe('enqueue', () => {
     const other = testEngine(db(), [gated]);
     const ref = { scope: 'acme', key: uniqueKey('rollback') };
     const handle = await runner.start(gated, ref, {});
-    await sleep(50);
+    // Cancelled by another process while the run is in its first step.
+    await inWait;
     expect(await other.cancel(ref)).toBe(true);
     release();
     await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });

@@ -143,7 +143,7 @@ describe('rerun from a step', () => {
 
   it('refuses a step the old run did not record, a run still running, and a record that has expired', async () => {
     const clock = new Clock();
-    const engine = engineFor({ clock, retentionMs: 60_000 });
+    const engine = engineFor({ clock, retentionMs: 600_000 });
     const old = { scope: 'acme', key: uniqueKey('old') };
     await engine.run(v1, old, { sku: 'tea' });
     await expect(engine.rerun(old, { from: 'pack.v1', key: uniqueKey('r') })).rejects.toMatchObject({
@@ -157,7 +157,7 @@ describe('rerun from a step', () => {
     const orphan = uniqueKey('r');
     await expect(v2Only.rerun(old, { from: 'ship.v1', key: orphan })).rejects.toMatchObject({ code: 'version_not_found' });
     expect(await engine.get({ scope: old.scope, key: orphan })).toBeUndefined();
-    clock.advance(120_000);
+    clock.advance(1_200_000);
     await expect(engine.rerun(old, { from: 'ship.v1', key: uniqueKey('r') })).rejects.toMatchObject({
       code: 'run_not_found',
       message: expect.stringContaining('has expired'),

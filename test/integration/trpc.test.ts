@@ -102,10 +102,11 @@ describe('claim and replay', () => {
   it('answers a concurrent duplicate 409 with Retry-After while the first still works, and stores nothing for it', async () => {
     const key = uniqueKey('busy');
     const held = gate(key);
+    const entered = counters.create;
     const first = post(url, 'orders.create', { sku: 'busy', quantity: 1, gate: key }, keyed(key));
-    await expect.poll(() => orders('busy')).toBe(0);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    // The first call is parked on its gate: the duplicate can only be answered without waiting for it.
+    // The first call is inside its resolver, parked on its gate: the duplicate can only be answered without waiting for it.
+    await expect.poll(() => counters.create).toBe(entered + 1);
+    expect(await orders('busy')).toBe(0);
     const duplicate = await post(url, 'orders.create', { sku: 'busy', quantity: 1, gate: key }, keyed(key));
     expect(duplicate.status).toBe(409);
     expect(Number(duplicate.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
