@@ -91,13 +91,21 @@ describe('once', () => {
     const request = { scope: 'acme', key, fingerprint: 'fp' };
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    const first = ledger.once(request, async () => {
-      await gate;
-      return 1;
-    });
-    await sleep(100);
-    // The first call is parked until released: the duplicate is answered without waiting for it.
+    let inside!: () => void;
+    const working = new Promise<void>((resolve) => (inside = resolve));
+    let firstDone = false;
+    const first = ledger
+      .once(request, async () => {
+        inside();
+        await gate;
+        return 1;
+      })
+      .finally(() => (firstDone = true));
+    // The first call holds the key and works until the gate opens; only then the duplicate comes.
+    await working;
     const duplicate = await ledger.once(request, async () => 2);
+    // Answered while the first still works (the gate opens only after this), not after it.
+    expect(firstDone).toBe(false);
     release();
     expect(duplicate.state).toBe('in_progress');
     expect((await first).state).toBe('executed');
