@@ -67,17 +67,16 @@ describe('step limits across three processes', () => {
     const started = Date.now();
     const procs = workers('rate', prefix, perWorker, 25);
     await Promise.all(procs.map((child) => child.waitFor(/STARTED/, PATIENCE_MS)));
-    await waitForRunsToEnd(db().sql, `${prefix}-`, 60_000);
+    await waitForRunsToEnd(db().sql, `${prefix}-`);
     const tookMs = Date.now() - started;
     for (const child of procs) child.kill();
     const { runs, once, times } = await startsOnce(prefix);
     expect(runs).toBe(3 * perWorker);
     expect(once).toBe(true);
     expect(await completed(prefix)).toBe(3 * perWorker);
-    // The steps record their starts a moment after their grants (the acquire commits first, then the
-    // step's transaction runs): with that lag up to 100 ms, the grants of any one-second window hold
-    // the starts recorded in any 0.9 s window, so those are counted against the bound.
-    const WINDOW_MS = 900;
+    // The steps record the time of their grants: the grants of any one-second window are counted
+    // against the bound, however late a busy host ran each step after its grant.
+    const WINDOW_MS = 1_000;
     let most = 0;
     let mostAfterFirst = 0;
     for (let i = 0, j = 0; i < times.length; i += 1) {
@@ -86,7 +85,7 @@ describe('step limits across three processes', () => {
       if (times[i]! >= times[0]! + 1_000) mostAfterFirst = Math.max(mostAfterFirst, j - i);
     }
     console.log(
-      `limit rate: ${runs} runs in ${tookMs} ms; at most ${most} starts in a 0.9 s window (${mostAfterFirst} once the first second has passed); ` +
+      `limit rate: ${runs} runs in ${tookMs} ms; at most ${most} grants in a 1 s window (${mostAfterFirst} once the first second has passed); ` +
         `span ${((times.at(-1)! - times[0]!) / 1000).toFixed(1)} s`,
     );
     expect(most).toBeLessThanOrEqual(50 + 50);
@@ -96,7 +95,7 @@ describe('step limits across three processes', () => {
     const prefix = uniqueKey('conc');
     const procs = workers('conc', prefix, 40, 40);
     await Promise.all(procs.map((child) => child.waitFor(/STARTED/, PATIENCE_MS)));
-    await waitForRunsToEnd(db().sql, `${prefix}-`, 60_000);
+    await waitForRunsToEnd(db().sql, `${prefix}-`);
     for (const child of procs) child.kill();
     const intervals = await readIntervals(db().sql, `${prefix}-`);
     const overlap = maxOverlap(intervals);
@@ -131,7 +130,7 @@ describe('step limits across three processes', () => {
       .toBe(1);
     await Promise.all(procs.filter((child) => child !== match.child).map((child) => child.waitFor(/STARTED/, PATIENCE_MS)));
     // Runs the killed worker had started and not finished are taken over by the others.
-    await waitForRunsToEnd(db().sql, `${prefix}-`, 60_000);
+    await waitForRunsToEnd(db().sql, `${prefix}-`);
     for (const child of procs) if (child !== match.child) child.kill();
     const { once, pids } = await startsOnce(prefix);
     console.log(`limit crash: the killed holder's step committed ${victimDoneMs} ms after the kill (lease ${LEASE_MS} ms)`);

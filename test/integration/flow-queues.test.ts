@@ -14,6 +14,7 @@ import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 
 const db = useTestDatabase();
@@ -27,7 +28,8 @@ const work = defineWorkflow({
   name: 'flow-work',
   version: 1,
   input: z.object({ id: z.string(), tenant: z.string(), hold: z.boolean().default(false) }),
-  steps: { work: step('work.v1') },
+  // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps }) {
     await steps.work.call(async () => {
       started.push(input.id);
@@ -185,7 +187,7 @@ describe('enqueue', () => {
     // The first process stalls: its heartbeat stops, and for the second its lease has run out.
     await first.shutdown({ timeoutMs: 1 });
     const second = engine();
-    second.clock.advance(10_000);
+    second.clock.advance(second.leaseMs + 60_000);
     // A beat of the first process may still hold the run's row for a moment (the sweep skips locked rows).
     await expect.poll(async () => (await second.sweep(), await attemptsOf(ref))).toBe(2);
     expect(await status(next)).toMatchObject({ status: 'waiting', wait_kind: 'slot' });

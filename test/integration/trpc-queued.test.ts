@@ -21,6 +21,7 @@ import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { listen } from '../helpers/trpc-app.js';
 
 const db = useTestDatabase();
@@ -44,7 +45,8 @@ const report = defineWorkflow({
   version: 1,
   input: z.object({ month: z.string(), gate: z.string().optional() }),
   output: z.object({ month: z.string(), rows: z.number() }),
-  steps: { build: step('build-report.v1') },
+  // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+  steps: { build: step('build-report.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps, ctx }) {
     await steps.build.call(async () => {
       executions.set(ctx.key, (executions.get(ctx.key) ?? 0) + 1);
