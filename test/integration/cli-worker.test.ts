@@ -33,10 +33,10 @@ describe('stepkey worker', () => {
       await engine.run(checkout, ref, { cents: 900 });
       await engine.shutdown();
       const messageKey = childKey(await storedRoot(db(), ref), 'confirm.v1');
-      for (let waited = 0; ; waited += 50) {
+      for (const deadline = Date.now() + PATIENCE_MS; ; ) {
         const [row] = await db().sql`select 1 from stepkey.inbox where consumer = 'cli.notify' and message_key = ${messageKey}`;
         if (row) break;
-        if (waited > 15_000) throw new Error(`the worker did not consume the job; output:\n${worker.output()}`);
+        if (Date.now() > deadline) throw new Error(`the worker did not consume the job; output:\n${worker.output()}`);
         await sleep(50);
       }
       const inspected = await runCli(['inspect', ref.key, '--scope', ref.scope, '--database', db().url]);
