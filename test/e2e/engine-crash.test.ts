@@ -146,19 +146,18 @@ describe('a run killed at every step boundary', () => {
     const ref = { scope: 'tenant-a', key: uniqueKey('deploy') };
     payments.delayMs = 1_500;
     try {
-      const longLease = { STEPKEY_LEASE_MS: '30000', STEPKEY_SWEEP_INTERVAL_MS: '200' };
+      // An hour's lease: the run completing within the test's patience shows it was given up.
+      const longLease = { STEPKEY_LEASE_MS: '3600000', STEPKEY_SWEEP_INTERVAL_MS: '200' };
       const sweeper = spawn(['sweep'], undefined, longLease);
       await sweeper.waitFor(/SWEEPER READY/, PATIENCE_MS);
       const running = spawn(['run', ref.scope, ref.key], undefined, longLease);
       await expect.poll(async () => (await db().sql`select root_key from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`).length, { interval: 20 }).toBe(1);
       const chargeKey = childKey(await runRoot(ref.scope, ref.key), 'charge.v1');
       await expect.poll(() => payments.requestsFor(chargeKey), { interval: 20 }).toBe(1);
-      const stoppedAt = Date.now();
       running.kill('SIGTERM');
       expect((await running.exited).code).toBe(0);
       await expect.poll(() => storedResult(ref.scope, ref.key), { interval: 100 }).toBeDefined();
       expect(await storedResult(ref.scope, ref.key)).toEqual(await expected(ref.scope, ref.key));
-      expect(Date.now() - stoppedAt).toBeLessThan(15_000);
       expect(await effects(ref.scope, ref.key)).toEqual({ reservations: 1, charges: 1, shipments: 1 });
       sweeper.kill();
     } finally {

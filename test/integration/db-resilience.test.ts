@@ -13,6 +13,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 import { proxy } from '../helpers/tcp-proxy.js';
 
 const db = useTestDatabase();
@@ -61,7 +62,7 @@ describe('connections that go away', () => {
   it('a reserve() on a cold pool gets the connection it opened', async () => {
     const cold = connect(db().url, { max: 1 });
     try {
-      const reserved = await Promise.race([cold.sql.reserve(), sleep(5_000).then(() => undefined)]);
+      const reserved = await Promise.race([cold.sql.reserve(), sleep(PATIENCE_MS).then(() => undefined)]);
       expect(reserved, 'reserve() never settled').toBeDefined();
       expect((await reserved!`select 1 as one`)[0]!.one).toBe(1);
       reserved!.release();
