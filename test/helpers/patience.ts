@@ -12,6 +12,3 @@ export const PATIENCE_MS = 180_000;
 
 /** A lease (a run's, a worker pool's) that only a moved clock expires during a test. */
 export const LONG_LEASE_MS = 600_000;
-
-/** Polling options for `expect.poll` and the like: patient, with a short interval. */
-export const eventually = { timeout: PATIENCE_MS, interval: 50 } as const;
