@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { PATIENCE_MS } from './test/helpers/patience.js';
 
 // The example and the tests import stepkey by its package name; the `source`
 // export condition maps it to src/ (the published exports point at dist/).
@@ -23,9 +24,12 @@ export default defineConfig({
     globalSetup: ['test/helpers/global-setup.ts'],
     pool: 'forks',
     maxWorkers: 4,
-    testTimeout: 60_000,
-    hookTimeout: 120_000,
-    teardownTimeout: 60_000,
+    // Tests assert what happens, not how fast (test/helpers/patience.ts): their bounds are
+    // minutes, so that a host whose cores are all busy fails no test only for being slow.
+    testTimeout: 600_000,
+    hookTimeout: 600_000,
+    teardownTimeout: 180_000,
+    expect: { poll: { timeout: PATIENCE_MS, interval: 50 } },
     typecheck: { enabled: false },
   },
 });

@@ -69,8 +69,8 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   const attempts = [...state.takePendingAttempts(), ...(extra.attempts ?? [])];
   const placed = (list: StepRow[]) => list.map((row) => ({ ...row, seq: row.seq ?? state.seqOf(row.name) }));
   // The start's lease was measured when the claim ran, and no heartbeat covers a row not yet
-  // committed: a start that waited long commits with a fresh lease.
-  const staleStart = carriesStart && Date.now() - state.claimedAt > state.deps.leaseMs / 3;
+  // committed: a start that waited long (by stepkey's clock, which a test may move) commits with a fresh lease.
+  const staleStart = carriesStart && Date.now() + state.deps.clock.offsetMs - state.claimedAt > state.deps.leaseMs / 3;
   // The start's own transaction inserted the run's row: nobody else can touch it before COMMIT.
   const fence: StepRowsFence = extra.complete
     ? { kind: 'complete', ...extra.complete }

@@ -132,8 +132,8 @@ export class RunState {
   #queue: Promise<unknown> = Promise.resolve();
   /** Set once the run's outcome is being recorded: no step may start after it. */
   ended = false;
-  /** When the run's folded start was claimed (its lease was computed then). */
-  readonly claimedAt = Date.now();
+  /** When the run's folded start was claimed (its lease was computed then), by stepkey's clock (epoch ms plus the clock's offset). */
+  readonly claimedAt: number;
   /** Until when (epoch ms) this execution counts as making progress; the heartbeat renews its lease only until then. */
   #aliveUntil: number;
   /** Until when (epoch ms, this process's clock, on the safe side) its lease is known to be held: the last renewal sent plus a lease. */
@@ -141,6 +141,7 @@ export class RunState {
 
   constructor(deps: RunDeps, lease: Lease, options: RunStateOptions) {
     this.deps = deps;
+    this.claimedAt = Date.now() + deps.clock.offsetMs;
     this.lease = lease;
     this.rootKey = options.rootKey;
     this.finished = options.finished;

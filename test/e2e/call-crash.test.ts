@@ -16,6 +16,7 @@ import { runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 import { callCrash, MERCHANT, variants, type Variant } from '../helpers/scripts/call-crash.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const script = fileURLToPath(new URL('../helpers/scripts/call-crash.ts', import.meta.url));
@@ -58,7 +59,7 @@ describe('a call step killed at each of its points', () => {
     const refs = cases.map(() => ({ scope: 'acme', key: uniqueKey('call-crash') }));
     const killed = await Promise.all(cases.map((c, i) => run(c.variant, refs[i]!, c.fault).exited));
     killed.forEach((exit, i) => expect(exit.signal, `${cases[i]!.variant} ${cases[i]!.fault}`).toBe('SIGKILL'));
-    const resumed = await Promise.all(cases.map(async (c, i) => (await run(c.variant, refs[i]!).waitFor(/(RESULT|REVIEW|ERROR)(.*)/, 45_000))[0]!));
+    const resumed = await Promise.all(cases.map(async (c, i) => (await run(c.variant, refs[i]!).waitFor(/(RESULT|REVIEW|ERROR)(.*)/, PATIENCE_MS))[0]!));
 
     for (const [i, c] of cases.entries()) {
       const ref = refs[i]!;
@@ -137,7 +138,7 @@ describe('a call step killed at each of its points', () => {
         expect(done.code, done.stderr).toBe(0);
         // Resolving changed state only: the run is due, not executed.
         expect((await sweeper.get(ref))?.status).toBe('needs_review');
-        await expect.poll(async () => (await sweeper.sweep(), (await sweeper.get(ref))?.status), { timeout: 20_000, interval: 100 }).toBe('completed');
+        await expect.poll(async () => (await sweeper.sweep(), (await sweeper.get(ref))?.status), { interval: 100 }).toBe('completed');
         const info = (await sweeper.get(ref))!;
         expect(JSON.parse(info.output!)).toEqual({ paymentId: chargeId(MERCHANT, key) });
         expect(payments.requestsFor(key) - before, `${c.fault}: calls after resolving`).toBe(c.fault.startsWith('engine.in-call') ? 0 : 1);
@@ -145,5 +146,5 @@ describe('a call step killed at each of its points', () => {
     } finally {
       await sweeper.close();
     }
-  }, 180_000);
+  });
 });

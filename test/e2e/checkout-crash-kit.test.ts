@@ -9,6 +9,7 @@ import { crashTest } from '../../src/testing/crash-kit.js';
 import { startPaymentService, type PaymentService } from '../../workflows/payments/service.js';
 import { seed } from '../../workflows/seed.js';
 import { useTestDatabase } from '../helpers/database.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 let payments: PaymentService;
@@ -26,6 +27,7 @@ describe('the checkout workflow under the crash kit', () => {
     const report = await crashTest({
       scenario: fileURLToPath(new URL('../../workflows/checkout.crash.ts', import.meta.url)),
       databaseUrl: db().url,
+      timeoutMs: PATIENCE_MS,
       scope: 'acme',
       env: { PAYMENTS_URL: payments.url },
       effects: {
@@ -69,5 +71,5 @@ describe('the checkout workflow under the crash kit', () => {
       succeededEnds: 0,
       unknown: 1,
     });
-  }, 240_000);
+  });
 });

@@ -13,6 +13,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
@@ -77,7 +78,7 @@ afterAll(async () => {
 });
 
 describe.runIf(asRoot)('as root, in a folder the postgres user cannot enter', () => {
-  it('npm test and npm start bring up their embedded PostgreSQL', { timeout: 240_000 }, async () => {
+  it('npm test and npm start bring up their embedded PostgreSQL', async () => {
     expect(statSync(scratch).mode & 0o777).toBe(0o700);
     copyProject(project);
     // A cluster left by a project folder that is gone (a temporary clone, removed): cleared when the next one starts.
@@ -88,7 +89,7 @@ describe.runIf(asRoot)('as root, in a folder the postgres user cannot enter', ()
     const appCluster = join(project, '.stepkey', 'app', 'postgres', 'data');
     clusters.push(testCluster, appCluster);
 
-    const npmTest: Promise<string> = run('npm', ['test', '--', 'test/unit/keys.test.ts'], { cwd: project, env: cleanEnv({}), timeout: 180_000 }).then(
+    const npmTest: Promise<string> = run('npm', ['test', '--', 'test/unit/keys.test.ts'], { cwd: project, env: cleanEnv({}), timeout: 2 * PATIENCE_MS }).then(
       ({ stdout, stderr }) => `${stdout}${stderr}`,
       (error: { stdout?: string; stderr?: string; message: string }) => `${error.stdout ?? ''}${error.stderr ?? ''}${error.message}`,
     );
@@ -107,7 +108,7 @@ describe.runIf(asRoot)('as root, in a folder the postgres user cannot enter', ()
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
       start.once('exit', (code, signal) => resolve({ code, signal })),
     );
-    const deadline = Date.now() + 150_000;
+    const deadline = Date.now() + 2 * PATIENCE_MS;
     while (!/Ctrl-C stops everything/.test(output)) {
       if (Date.now() > deadline || start.exitCode !== null) throw new Error(`npm start did not come up:\n${output}`);
       await new Promise((resolve) => setTimeout(resolve, 100));

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { crashTest } from '../../src/testing/crash-kit.js';
 import { useTestDatabase } from '../helpers/database.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 
@@ -15,6 +16,7 @@ describe('the crash kit', () => {
     const report = await crashTest({
       scenario: fileURLToPath(new URL('../helpers/scripts/unsafe.crash.ts', import.meta.url)),
       databaseUrl: db().url,
+      timeoutMs: PATIENCE_MS,
       scope: 'acme',
       env: { UNSAFE_DB: db().url },
       effects: {
@@ -51,5 +53,5 @@ describe('the crash kit', () => {
       callees: { writer: { seen: 1, started: 1, succeededEnds: 1, unknown: 0 } },
       problems: [],
     });
-  }, 120_000);
+  });
 });

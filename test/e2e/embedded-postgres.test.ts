@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { startEmbeddedPostgres } from '../../src/embedded/start-embedded.js';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { processAlive as alive } from '../../src/embedded/process-alive.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const root = join(fileURLToPath(new URL('../..', import.meta.url)), '.stepkey');
 mkdirSync(root, { recursive: true });
@@ -27,17 +28,17 @@ async function select1(url: string): Promise<number> {
 describe('embedded Postgres', () => {
   it('stops Postgres when its owner is killed with SIGKILL', async () => {
     const child = spawnScript(owner, { args: [dir] });
-    const [, url] = (await child.waitFor(/URL (\S+)/, 120_000)) as unknown as [string, string];
+    const [, url] = (await child.waitFor(/URL (\S+)/, PATIENCE_MS)) as unknown as [string, string];
     expect(await select1(url)).toBe(1);
     const postmaster = Number(readFileSync(join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
     child.kill('SIGKILL');
     await child.exited;
-    await expect.poll(() => alive(postmaster), { timeout: 20_000 }).toBe(false);
+    await expect.poll(() => alive(postmaster)).toBe(false);
   });
 
   it('recovers a cluster whose postmaster outlived its owner process', async () => {
     const child = spawnScript(owner, { args: [dir, '--kill-server-owner'] });
-    await child.waitFor(/OWNER KILLED/, 120_000);
+    await child.waitFor(/OWNER KILLED/, PATIENCE_MS);
     const postmaster = Number(readFileSync(join(dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
     expect(alive(postmaster)).toBe(true);
     child.kill('SIGKILL');

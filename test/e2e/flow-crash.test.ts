@@ -11,6 +11,7 @@ import { spawnScript, type ChildHandle } from '../../src/testing/child-process.j
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { maxOverlap, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const script = fileURLToPath(new URL('../helpers/scripts/flow-workers.ts', import.meta.url));
@@ -35,9 +36,9 @@ describe('three workers, one SIGKILLed', () => {
   it('give the killed worker’s slots back within about a lease; nothing runs twice; no slot is left', async () => {
     const prefix = uniqueKey('e2e');
     const workers = [spawn(['work']), spawn(['work']), spawn(['work'])];
-    await Promise.all(workers.map((worker) => worker.waitFor(/READY/, 30_000)));
+    await Promise.all(workers.map((worker) => worker.waitFor(/READY/, PATIENCE_MS)));
     const enqueuer = spawn(['enqueue', prefix, '150']);
-    await enqueuer.waitFor(/ENQUEUED/, 60_000);
+    await enqueuer.waitFor(/ENQUEUED/, PATIENCE_MS);
     // Wait until a worker holds runs that have begun and not ended: that one is killed.
     const pids = workers.map((worker) => worker.pid);
     let victimPid = 0;
@@ -52,7 +53,7 @@ describe('three workers, one SIGKILLed', () => {
           victimPid = row?.pid ?? 0;
           return victimPid;
         },
-        { timeout: 30_000, interval: 20 },
+        { interval: 20 },
       )
       .toBeGreaterThan(0);
     const victim = workers.find((worker) => worker.pid === victimPid)!;
@@ -68,14 +69,14 @@ describe('three workers, one SIGKILLed', () => {
         async () =>
           (await db().sql<{ n: number }[]>`
             select count(*)::int as n from pg_stat_activity where application_name = ${`flow-worker-${victim.pid}`}`)[0]!.n,
-        { timeout: 30_000, interval: 20 },
+        { interval: 20 },
       )
       .toBe(0);
     const orphans = await db().sql<{ run: string }[]>`
       select b.run from flow_e2e b
        where b.step = 'begin' and b.pid = ${victim.pid}
          and not exists (select 1 from flow_e2e e where e.run = b.run and e.step = 'end')`;
-    await waitForRunsToEnd(db().sql, prefix, 60_000);
+    await waitForRunsToEnd(db().sql, prefix);
     const endedAfterKill = Date.now() - killedAt;
 
     const rows = await db().sql<{ run: string; tenant: string; step: string; pid: number; at: number }[]>`
@@ -108,5 +109,5 @@ describe('three workers, one SIGKILLed', () => {
     expect(done!.n).toBe(150);
     expect(await slotsHeld(db().sql, 'e2e-tenants')).toEqual({ held: 0, entries: 0 });
     for (const worker of workers) if (worker !== victim) worker.kill();
-  }, 120_000);
+  });
 });

@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { processAlive } from '../../src/embedded/process-alive.js';
 import type { RunningApp } from '../../workflows/supervisor/state-file.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 mkdirSync(join(root, '.stepkey'), { recursive: true });
@@ -43,7 +44,7 @@ describe('npm start', () => {
       npm.once('exit', (code, signal) => resolve({ code, signal })),
     );
 
-    const deadline = Date.now() + 120_000;
+    const deadline = Date.now() + 2 * PATIENCE_MS;
     while (!/Ctrl-C stops everything/.test(output)) {
       if (Date.now() > deadline || npm.exitCode !== null) throw new Error(`npm start did not come up:\n${output}`);
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -66,14 +67,14 @@ describe('npm start', () => {
     expect(body(second)).toBe(body(first));
     expect(JSON.parse(body(first))).toMatchObject({ result: { data: { status: 'paid' } } });
 
-    const demo = await run('npm', ['run', 'demo'], { cwd: root, env, timeout: 150_000 });
+    const demo = await run('npm', ['run', 'demo'], { cwd: root, env, timeout: 2 * PATIENCE_MS });
     expect(demo.stdout).toMatch(/Every key: one order, one charge, one email/);
 
     // The demo killed the worker; npm start has started (or is starting) another.
     const readState = () => JSON.parse(readFileSync(join(dataDir, 'processes.json'), 'utf8')) as RunningApp;
-    await expect.poll(() => processAlive(readState().worker), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => processAlive(readState().worker)).toBe(true);
     expect(output).toMatch(/stepkey: worker: exited on SIGKILL; restarting in 0\.5 s/);
-    await expect.poll(() => /stepkey: worker: restarted \(pid \d+, restart 1\)/.test(output), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => /stepkey: worker: restarted \(pid \d+, restart 1\)/.test(output)).toBe(true);
     const state = readState();
     const postmaster = Number(readFileSync(join(dataDir, 'postgres', 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
     const pids = [state.supervisor, state.api, state.worker, state.payments, state.postgres!, postmaster];
@@ -86,8 +87,7 @@ describe('npm start', () => {
     expect(exit.code === 0 || exit.signal === 'SIGINT', JSON.stringify(exit)).toBe(true);
     expect(output).toMatch(/stopping the API[\s\S]*stopping the worker[\s\S]*stopping PostgreSQL[\s\S]*stepkey: stopped/);
     expect(output).not.toMatch(/killing everything now/);
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(pids.filter(processAlive)).toEqual([]);
+    await expect.poll(() => pids.filter(processAlive)).toEqual([]);
     npmPid = undefined;
-  }, 240_000);
+  }, 1_800_000);
 });

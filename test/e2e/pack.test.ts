@@ -22,6 +22,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/embedded/free-port.js';
 import { installOffline } from '../helpers/offline-install.js';
 import { npmInstall, readmeSection } from '../helpers/readme-section.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
@@ -77,7 +78,7 @@ function startBackground(line: string): Promise<string> {
   const exited = new Promise<void>((resolveExit) => child.once('exit', () => resolveExit()));
   background.push({ line, child, output: () => output, exited });
   return new Promise((resolveLine, reject) => {
-    const timer = setTimeout(() => reject(new Error(`'${line}' printed nothing within 60 s:\n${output}`)), 60_000);
+    const timer = setTimeout(() => reject(new Error(`'${line}' printed nothing within ${PATIENCE_MS} ms:\n${output}`)), PATIENCE_MS);
     child.stdout.on('data', (chunk: Buffer) => {
       output += chunk.toString('utf8');
       const first = output.split('\n').find((text) => text.trim() !== '');
@@ -109,7 +110,7 @@ async function runLine(line: string): Promise<string> {
     return first;
   }
   try {
-    const { stdout, stderr } = await run('sh', ['-c', line], { cwd: app, env, timeout: 120_000 });
+    const { stdout, stderr } = await run('sh', ['-c', line], { cwd: app, env, timeout: 2 * PATIENCE_MS });
     return `${stdout}${stderr}`;
   } catch (error) {
     const failed = error as { stdout?: string; stderr?: string; message: string };
@@ -149,13 +150,13 @@ function files(dir: string): string[] {
 }
 
 describe('the packed package in an app of its own, as the README says', () => {
-  it('installs, type-checks strictly, migrates, runs a workflow through a keyed procedure and replays it', { timeout: 420_000 }, async () => {
+  it('installs, type-checks strictly, migrates, runs a workflow through a keyed procedure and replays it', { timeout: 1_800_000 }, async () => {
     mkdirSync(app);
     const port = await freePort();
     env.PORT = String(port);
     env.API_URL = `http://127.0.0.1:${port}/trpc`;
 
-    const packed = JSON.parse((await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: repo, env, timeout: 240_000 })).stdout) as {
+    const packed = JSON.parse((await run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: repo, env, timeout: 2 * PATIENCE_MS })).stdout) as {
       filename: string;
     }[];
     const tarball = join(scratch, packed[0]!.filename);
@@ -197,7 +198,7 @@ describe('the packed package in an app of its own, as the README says', () => {
     try {
       expect((await sql`select count(*)::int as n from orders`)[0]!.n).toBe(1);
       // The worker delivers the receipt.
-      await expect.poll(async () => (await sql`select count(*)::int as n from emails`)[0]!.n, { timeout: 30_000 }).toBe(1);
+      await expect.poll(async () => (await sql`select count(*)::int as n from emails`)[0]!.n).toBe(1);
       expect((await sql`select count(*)::int as n from drizzle.__drizzle_migrations`)[0]!.n).toBe(1);
     } finally {
       await sql.end();

@@ -9,6 +9,7 @@ import { spawnScript, type ChildHandle } from '../../src/testing/child-process.j
 import { useTestDatabase } from '../helpers/database.js';
 import { post } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const script = fileURLToPath(new URL('../helpers/scripts/trpc-server.ts', import.meta.url));
@@ -28,7 +29,7 @@ async function server(faults?: string): Promise<{ url: string; child: ChildHandl
     ...(faults ? { faults } : {}),
   });
   children.push(child);
-  const [, url] = (await child.waitFor(/URL (\S+)/, 60_000)) as unknown as [string, string];
+  const [, url] = (await child.waitFor(/URL (\S+)/, PATIENCE_MS)) as unknown as [string, string];
   return { url, child };
 }
 
@@ -48,7 +49,7 @@ describe('API server crashes', () => {
     expect(retry.status).toBe(200);
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
     expect(await orders('killed')).toBe(1);
-  }, 90_000);
+  });
 
   it('resumes a workflow procedure killed mid-run when the request is retried', async () => {
     const doomed = await server('engine.after-step-commit:record.v1');
@@ -58,12 +59,12 @@ describe('API server crashes', () => {
 
     const next = await server();
     let answer = await post(next.url, 'orders.place', { sku: 'wf-killed', quantity: 1 }, headers(key));
-    for (let i = 0; answer.status === 409 && i < 20; i += 1) {
+    for (const deadline = Date.now() + PATIENCE_MS; answer.status === 409 && Date.now() < deadline; ) {
       await new Promise((resolve) => setTimeout(resolve, Number(answer.headers.get('retry-after') ?? 1) * 1000));
       answer = await post(next.url, 'orders.place', { sku: 'wf-killed', quantity: 1 }, headers(key));
     }
     expect(answer.status).toBe(200);
     expect((answer.json as { result: { data: unknown } }).result.data).toMatchObject({ sku: 'wf-killed' });
     expect(await orders('wf-killed')).toBe(1);
-  }, 90_000);
+  });
 });

@@ -1,15 +1,20 @@
-/** An engine on the test file's database, with its own clock and a short lease. */
+/**
+ * An engine on the test file's database, with its own clock and a lease that
+ * does not run out while a test works, however busy the host: a test that
+ * needs a lease expired moves the engine's clock past it.
+ */
 import { Clock } from '../../src/db/clock.js';
 import type { Workflow } from '../../src/workflow/define.js';
 import { Engine, type EngineOptions } from '../../src/workflow/engine.js';
 import type { TestDatabase } from './database.js';
+import { LONG_LEASE_MS } from './patience.js';
 
 export function testEngine(db: TestDatabase, workflows: Workflow[], options: Partial<EngineOptions> = {}): Engine {
   return new Engine({
     database: db,
     workflows,
     clock: new Clock(),
-    leaseMs: 2_000,
+    leaseMs: LONG_LEASE_MS,
     sweepIntervalMs: 100,
     // STEPKEY_TEST_ENGINE_ERRORS=1 prints what the engine reports (silent otherwise: many tests provoke errors).
     onError: process.env.STEPKEY_TEST_ENGINE_ERRORS ? (error, context) => console.error(`engine error: ${context}`, error) : () => {},

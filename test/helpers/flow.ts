@@ -1,5 +1,6 @@
 /** Helpers of the flow-control tests: gates a run waits at, a table of recorded step intervals, and waiting for runs to end. */
 import type { Sql } from '../../src/db/connect.js';
+import { PATIENCE_MS } from './patience.js';
 
 export async function createIntervals(sql: Sql): Promise<void> {
   await sql`create table if not exists public.flow_intervals (
@@ -67,7 +68,7 @@ export function maxOverlap(intervals: readonly Interval[]): { overall: number; p
 }
 
 /** Waits until no run whose key starts with `prefix` is still queued, waiting or in progress. */
-export async function waitForRunsToEnd(sql: Sql, prefix: string, timeoutMs = 120_000): Promise<void> {
+export async function waitForRunsToEnd(sql: Sql, prefix: string, timeoutMs = PATIENCE_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const [row] = await sql<{ open: number }[]>`

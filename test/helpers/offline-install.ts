@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
+import { PATIENCE_MS } from './patience.js';
 
 interface LockEntry {
   version?: string;
@@ -85,7 +86,7 @@ export async function installOffline(options: OfflineInstall): Promise<string> {
   const { stdout, stderr } = await promisify(execFile)('npm', ['ci', '--offline', '--no-audit', '--no-fund'], {
     cwd: options.app,
     env: options.env,
-    timeout: 120_000,
+    timeout: 2 * PATIENCE_MS,
   });
   return `${stdout}${stderr}`;
 }

@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { useCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 3 });
 const { cli } = useCli(db);
@@ -66,7 +67,7 @@ describe('stepkey dashboard', () => {
   it('serves read-only without a token, and stops on SIGTERM with exit 0', async () => {
     const child = spawnScript(main, { args: ['dashboard', '--port', '0', '--database', db().url], env: { STEPKEY_DASHBOARD_TOKEN: '' } });
     try {
-      const url = (await child.waitFor(/stepkey dashboard on (http:\/\/127\.0\.0\.1:\d+\/) \(read-only: no access token\)/, 30_000))[1]!;
+      const url = (await child.waitFor(/stepkey dashboard on (http:\/\/127\.0\.0\.1:\d+\/) \(read-only: no access token\)/, PATIENCE_MS))[1]!;
       const session = await (await fetch(`${url}api/session`)).json();
       expect(session).toMatchObject({ canRead: true, canAct: false, readOnly: true });
       expect((await fetch(`${url}api/runs`)).status).toBe(200);

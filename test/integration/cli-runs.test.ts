@@ -23,9 +23,10 @@ describe('runs', () => {
     const completed = (await completedCheckout(db(), scope)).key;
     const failed = await failedCheckout(db(), scope);
     const running = (await completedCheckout(db(), scope)).key;
-    await makeInProgress(db(), scope, running, 300);
+    // 50 minutes of lease left, and one run out 30 minutes ago: what is printed keeps its form for minutes.
+    await makeInProgress(db(), scope, running, 50 * 60);
     const stuck = (await completedCheckout(db(), scope)).key;
-    await makeInProgress(db(), scope, stuck, -90);
+    await makeInProgress(db(), scope, stuck, -30 * 60);
     const newest = (await completedCheckout(db(), scope)).key;
 
     const json = (await cli(['runs', '--scope', scope, '--json'])).json();
@@ -42,9 +43,9 @@ describe('runs', () => {
     expect(human.code).toBe(0);
     const lines = human.stdout.split('\n');
     expect(lines[0]).toMatch(/^SCOPE\s+KEY\s+WORKFLOW\s+STATUS\s+ATTEMPTS\s+AGE\s+LEASE LEFT \/ LAST ERROR$/);
-    expect(lines[1]).toMatch(new RegExp(`^${scope}\\s+${stuck}\\s+cli-checkout@1\\s+stuck\\s+1\\s+.+lease expired 1m 3\\ds ago$`));
+    expect(lines[1]).toMatch(new RegExp(`^${scope}\\s+${stuck}\\s+cli-checkout@1\\s+stuck\\s+1\\s+.+lease expired 3\\dm \\d\\ds ago$`));
     expect(lines[2]).toMatch(/failed \(resumable\).*mail server down/);
-    expect(lines[3]).toMatch(/running.*lease 4m \d\ds left/);
+    expect(lines[3]).toMatch(/running.*lease 4\dm \d\ds left/);
     expect(human.stdout).toContain('1 stuck run: no worker has resumed it');
 
     const onlyStuck = (await cli(['runs', '--status', 'stuck', '--json'])).json();
@@ -101,7 +102,7 @@ describe('cancel and resume', () => {
     expect(errored.stdout).toContain('ended with an error: refused for good');
 
     const busy = (await completedCheckout(db(), scope)).key;
-    await makeInProgress(db(), scope, busy, 60);
+    await makeInProgress(db(), scope, busy, 60 * 60);
     const elsewhere = await cli(['resume', busy, '--scope', scope, '--app', app, '--here']);
     expect(elsewhere.code).toBe(1);
     expect(elsewhere.stdout).toMatch(/is executing elsewhere \(its lease ends in .*\); nothing was resumed/);
@@ -124,7 +125,7 @@ describe('cancel and resume', () => {
       expect(due.stdout).toBe(`Run '${key}' in scope '${scope}' (was failed) is due: a worker's sweeper continues it.\n`);
       // This process executed nothing; the engine's sweeper, another "process", takes the run.
       engine.startSweeper();
-      await expect.poll(async () => (await engine.get({ scope, key }))?.status, { timeout: 10_000 }).toBe('completed');
+      await expect.poll(async () => (await engine.get({ scope, key }))?.status).toBe('completed');
       const again = await cli(['resume', key, '--scope', scope, '--json']);
       expect(again.code).toBe(1);
       expect(JSON.parse(again.stderr)).toMatchObject({ error: { code: 'not_resumable' } });

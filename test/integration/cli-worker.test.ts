@@ -12,6 +12,7 @@ import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
 import { checkout, workflows } from '../helpers/scripts/cli-app.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const cliFile = 'src/cli/main.ts';
@@ -23,7 +24,7 @@ describe('stepkey worker', () => {
       env: { STEPKEY_LEASE_MS: '2000', DATABASE_URL: undefined },
     });
     try {
-      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, concurrency 2/);
+      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, concurrency 2/, PATIENCE_MS);
       const pools = await db().sql`select count(*)::int as n from stepkey.worker_pools where pool_id = ${poolId!}`;
       expect(pools[0]!.n).toBe(1);
 
@@ -32,10 +33,10 @@ describe('stepkey worker', () => {
       await engine.run(checkout, ref, { cents: 900 });
       await engine.shutdown();
       const messageKey = childKey(await storedRoot(db(), ref), 'confirm.v1');
-      for (let waited = 0; ; waited += 50) {
+      for (const deadline = Date.now() + PATIENCE_MS; ; ) {
         const [row] = await db().sql`select 1 from stepkey.inbox where consumer = 'cli.notify' and message_key = ${messageKey}`;
         if (row) break;
-        if (waited > 15_000) throw new Error(`the worker did not consume the job; output:\n${worker.output()}`);
+        if (Date.now() > deadline) throw new Error(`the worker did not consume the job; output:\n${worker.output()}`);
         await sleep(50);
       }
       const inspected = await runCli(['inspect', ref.key, '--scope', ref.scope, '--database', db().url]);

@@ -83,7 +83,7 @@ describe("the run page's view", () => {
       engine.startSweeper();
       const key = uniqueKey('shown');
       const handle = await engine.start(parent, { scope: 'dash-run', key }, { n: 4 });
-      await expect.poll(async () => (await engine.get(handle))?.status, { timeout: 60_000 }).toBe('completed');
+      await expect.poll(async () => (await engine.get(handle))?.status).toBe('completed');
       expect(await handle.result()).toBe('paid-4');
       const item = (view: MatchView, name: string) => {
         const found = view.items.find((entry) => entry.name === name);
@@ -91,7 +91,7 @@ describe("the run page's view", () => {
         return found!;
       };
       // The delivery lands in the inbox, which the view reads.
-      await expect.poll(async () => item(await runView('dash-run', key), 'tell.v1').inbox.length, { timeout: 60_000 }).toBe(1);
+      await expect.poll(async () => item(await runView('dash-run', key), 'tell.v1').inbox.length).toBe(1);
       const view = await runView('dash-run', key);
 
       const charge = item(view, 'charge.v1');
@@ -119,14 +119,14 @@ describe("the run page's view", () => {
       await worker.stop();
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 
   it('shows a parked run waiting, with the wait it is parked in and no child yet', async () => {
     const engine = testEngine(db(), [parent, child]);
     try {
       const key = uniqueKey('parked');
       const handle = await engine.start(parent, { scope: 'dash-run', key }, { n: 1, park: true });
-      await expect.poll(async () => (await engine.get(handle))?.status, { timeout: 30_000 }).toBe('waiting');
+      await expect.poll(async () => (await engine.get(handle))?.status).toBe('waiting');
       const view = await runView('dash-run', key);
       expect(view.runStatus).toBe('waiting');
       expect(view.row).toMatchObject({ status: 'waiting', waitKind: 'timer', waitStep: 'pause.v1' });
@@ -136,5 +136,5 @@ describe("the run page's view", () => {
     } finally {
       await engine.shutdown();
     }
-  }, 60_000);
+  });
 });

@@ -17,6 +17,7 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 5 });
 const TOKEN = 'a-token-of-24-characters';
@@ -333,19 +334,21 @@ describe('the shared poll', () => {
       });
       // Postgres's write counters reach the probe up to a couple of seconds after a commit: let the
       // writes of the tests before settle (no view read again for 2 s) before measuring.
-      for (let quiet = 0, last = -1, started = Date.now(); quiet < 10 && Date.now() - started < 15_000; ) {
+      for (let quiet = 0, last = -1, started = Date.now(); quiet < 10 && Date.now() - started < PATIENCE_MS; ) {
         await new Promise((resolve) => setTimeout(resolve, pollMs));
         quiet = dashboard.stats.reads === last ? quiet + 1 : 0;
         last = dashboard.stats.reads;
       }
       const start = { ...dashboard.stats };
-      const windowMs = 2_000;
-      await new Promise((resolve) => setTimeout(resolve, windowMs));
+      const startedAt = performance.now();
+      // A window of at least 2 s and a few probes (a busy host's timers fire late: the window grows).
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      await expect.poll(() => dashboard.stats.probes - start.probes).toBeGreaterThanOrEqual(3);
+      const windowMs = performance.now() - startedAt;
       const probes = dashboard.stats.probes - start.probes;
       const reads = dashboard.stats.reads - start.reads;
       // About 40 requests a second from the tabs; the database sees one probe per interval.
       expect(probes).toBeLessThanOrEqual(windowMs / pollMs + 1);
-      expect(probes).toBeGreaterThanOrEqual(1);
       // Nothing changed: no view was read again (one late counter would read each once).
       expect(reads).toBeLessThanOrEqual(views.length);
 
@@ -354,7 +357,7 @@ describe('the shared poll', () => {
       await db().sql`insert into dash_gate values (true)`;
       await engine.run(gatedRun, { scope: 'dash', key: uniqueKey('new') }, { note: 'fresh' });
       await engine.shutdown();
-      await expect.poll(() => versions.get(0), { timeout: 10_000, interval: 100 }).not.toBe(before);
+      await expect.poll(() => versions.get(0), { interval: 100 }).not.toBe(before);
       stop = true;
       await Promise.all(tabs);
     } finally {

@@ -70,7 +70,8 @@ function twoSteps(name: string, first: 'call' | 'tx', between: () => Promise<voi
 describe('a connection that fails when a step begins', () => {
   it('is a failed attempt that the step’s retry policy retries', async () => {
     const between = gate();
-    const flow = twoSteps('outage-begin', 'call', between.wait, 8);
+    // Retries for minutes: the outage ends long before they run out, however slowly this host runs.
+    const flow = twoSteps('outage-begin', 'call', between.wait, 1_000);
     const engine = testEngine(viaRelay as never, [flow]);
     const ref = { scope: 'acme', key: uniqueKey('begin') };
     const running = engine.attempt(flow, ref, {});
@@ -105,9 +106,9 @@ describe('a connection that fails when a step begins', () => {
     const [row] = await db().sql`select status, last_error from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
     expect(row).toMatchObject({ status: 'in_progress', last_error: null });
     const rescuer = testEngine(db(), [flow]);
-    rescuer.clock.advance(60_000);
-    await expect.poll(() => rescuer.sweep(), { timeout: 10_000 }).toBeGreaterThan(0);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    rescuer.clock.advance(engine.leaseMs + 60_000);
+    await expect.poll(() => rescuer.sweep()).toBeGreaterThan(0);
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(await writes((await rescuer.get(ref))!.rootKey)).toEqual(['b']);
     await rescuer.shutdown();
     await engine.shutdown();
@@ -156,7 +157,7 @@ describe('a commit whose connection went', () => {
     between.open();
     expect(await running).toMatchObject({ code: 'database_unavailable' });
     expect(await db().sql`select 1 from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`).toHaveLength(0);
-    await expect.poll(() => engine.attempt(flow, ref, {}).catch(() => undefined), { timeout: 10_000 }).toMatchObject({ state: 'completed' });
+    await expect.poll(() => engine.attempt(flow, ref, {}).catch(() => undefined)).toMatchObject({ state: 'completed' });
     expect(await writes((await engine.get(ref))!.rootKey)).toEqual(['a', 'b']);
     await engine.shutdown();
   });
@@ -198,13 +199,11 @@ describe('a connection that never comes', () => {
     expect(['lease_lost', 'database_unavailable']).toContain(error.code);
     // Its lease is no longer renewed: it runs out.
     await expect
-      .poll(async () => (await db().sql`select locked_until <= now() as expired from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]!.expired, {
-        timeout: 10_000,
-      })
+      .poll(async () => (await db().sql`select locked_until <= now() as expired from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]!.expired)
       .toBe(true);
     const rescuer = testEngine(db(), [flow]);
-    await expect.poll(() => rescuer.sweep(), { timeout: 10_000 }).toBeGreaterThan(0);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(() => rescuer.sweep()).toBeGreaterThan(0);
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(await writes((await rescuer.get(ref))!.rootKey)).toEqual(['b']);
     await rescuer.shutdown();
     await holder.shutdown({ timeoutMs: 100 });
@@ -234,12 +233,14 @@ describe('a call in flight when the database goes', () => {
         );
       },
     });
-    const engine = testEngine(viaRelay as never, [flow], { leaseMs: 1_500, heartbeatMs: 200 });
+    // The execution stops once its lease would end before the next beat plus a tenth of the lease: with
+    // this lease, ten seconds before it ends — a margin a busy host's timers do not miss.
+    const engine = testEngine(viaRelay as never, [flow], { leaseMs: 30_000 });
     const ref = { scope: 'acme', key: uniqueKey('in-call') };
     await engine.start(flow, ref, {});
     await inCall;
     await relay.down();
-    await expect.poll(() => aborted, { timeout: 10_000 }).toBeDefined();
+    await expect.poll(() => aborted).toBeDefined();
     await relay.up();
     expect((aborted!.reason as Error).message).toMatch(/lease_lost/);
     // It stopped calling while its lease still held: no takeover could have come first.

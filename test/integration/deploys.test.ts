@@ -166,19 +166,17 @@ describe('the sweeper during a deploy', () => {
     // Its process stalls (no more heartbeats); a process of the old release sweeps after the lease ran out.
     await newRelease.shutdown({ timeoutMs: 1 });
     const oldRelease = testEngine(db(), [versioned(1)]);
-    oldRelease.clock.advance(60_000);
+    oldRelease.clock.advance(newRelease.leaseMs + 60_000);
     expect(await oldRelease.sweep()).toBe(0);
     const [row] = await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
     expect(row?.status).toBe('in_progress');
     // A process of the new release takes it and completes it.
     const replacement = testEngine(db(), [versioned(1), versioned(2)]);
-    replacement.clock.advance(60_000);
+    replacement.clock.advance(newRelease.leaseMs + 60_000);
     let taken = 0;
-    await expect.poll(async () => (taken += await replacement.sweep()), { timeout: 10_000 }).toBe(1);
+    await expect.poll(async () => (taken += await replacement.sweep())).toBe(1);
     await expect
-      .poll(async () => (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status, {
-        timeout: 10_000,
-      })
+      .poll(async () => (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status)
       .toBe('completed');
     await oldRelease.shutdown();
     await replacement.shutdown();

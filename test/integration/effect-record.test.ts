@@ -76,7 +76,7 @@ async function takenOverMidCall(name: string, options: Omit<StepOptions<typeof o
   const a = engineFor([first], { leaseMs: 60_000, heartbeatMs: 60_000 });
   const b = lateEngine([first]);
   const started = await a.start(first, ref, {});
-  await expect.poll(() => seen.length, { timeout: 10_000 }).toBe(1);
+  await expect.poll(() => seen.length).toBe(1);
   await expect.poll(async () => (await attemptRows(ref)).length).toBe(1);
   expect(await b.sweep()).toBe(1);
   return { ref, seen, started, release, a, b, workflow: first };
@@ -119,7 +119,7 @@ describe('the effect record of a call step', () => {
       second.push(context);
       return { paymentId: 'from-the-new-holder' };
     });
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('completed');
     expect(second.map((c) => c.attempt)).toEqual([2]);
     expect(second[0]!.previous).toEqual([expect.objectContaining({ attempt: 1, outcome: 'unknown' })]);
     // The stale holder's call answers now: its end is not recorded (its lease is gone), its result not kept.
@@ -148,7 +148,7 @@ describe('the effect record of a call step', () => {
         throw new Error('must not be called again');
       },
     );
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('completed');
     expect(t.seen).toHaveLength(1);
     expect(lookups).toEqual([{ key: t.seen[0]!.key, previous: 1 }]);
     expect((await t.b.get(t.ref))!.output).toBe('{"paymentId":"found-by-key"}');
@@ -169,7 +169,7 @@ describe('the effect record of a call step', () => {
       },
       async () => ({ paymentId: 'called-again' }),
     );
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('completed');
     expect(lookups).toBe(2);
     expect(t.seen).toHaveLength(2);
     expect(await attemptRows(t.ref)).toEqual([
@@ -181,7 +181,7 @@ describe('the effect record of a call step', () => {
 
   it('parses what reconcile finds with the step schema: a wrong shape fails the run, resumable', async () => {
     const t = await takenOverMidCall('bad-reconcile', { reconcile: async () => ({ paymentId: 42 }) as never }, async () => ({ paymentId: 'x' }));
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('failed');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('failed');
     const info = (await t.b.get(t.ref))!;
     expect(info.resumable).toBe(true);
     expect(info.error?.message).toMatch(/What reconcile found for step 'pay.v1' does not match its schema/);
@@ -193,7 +193,7 @@ describe('the effect record of a call step', () => {
     const t = await takenOverMidCall('review', { atMostOnce: true }, async () => {
       throw new Error('an at-most-once call must not be made twice');
     });
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('needs_review');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('needs_review');
     const info = (await t.b.get(t.ref))!;
     expect(info.wait).toMatchObject({ kind: 'review', step: 'pay.v1', until: null });
     expect(info.steps.find((s) => s.name === 'pay.v1')).toMatchObject({ finished: false, effect: { unknown: 1, mayHaveSeen: 1 } });
@@ -210,7 +210,7 @@ describe('the effect record of a call step', () => {
     const resolved = await operator.resolve(t.ref, { step: 'pay.v1', output: { paymentId: 'pay_operator' } });
     expect(resolved).toEqual({ step: 'pay.v1', output: '{"paymentId":"pay_operator"}', attempts: 1 });
     await expect(operator.resolve(t.ref, { step: 'pay.v1', retry: true })).rejects.toMatchObject({ code: 'not_in_review' });
-    await expect.poll(async () => (await t.b.get(t.ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await t.b.get(t.ref))?.status).toBe('completed');
     expect((await t.b.get(t.ref))!.output).toBe('{"paymentId":"pay_operator"}');
     expect(t.seen).toHaveLength(1);
     expect(await attemptRows(t.ref)).toEqual([{ step: 'pay.v1', attempt: 1, outcome: null, ended: false, resolution: 'resolved' }]);
@@ -239,7 +239,7 @@ describe('the effect record of a call step', () => {
     ]);
     expect(calls).toBe(1);
     await engine.resolve(ref, { step: 'pay.v1', retry: true });
-    await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get(ref))?.status).toBe('completed');
     expect(calls).toBe(2);
     expect((await attemptRows(ref)).map((r) => [r.attempt, r.outcome, r.resolution])).toEqual([
       [1, 'unknown', 'retried'],

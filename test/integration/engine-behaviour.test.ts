@@ -10,6 +10,7 @@ import { chargeId, startPaymentService, type PaymentService } from '../../workfl
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 let payments: PaymentService;
@@ -154,6 +155,8 @@ describe('retries, timeouts and cancel', () => {
   });
 
   it('rolls back a tx step blocked on a lock at its timeout (Postgres cancels the statement) and retries it', async () => {
+    // The first attempt waits for the lock until its timeout; a retry after the lock is free succeeds
+    // (which one: an attempt on a busy host may outlast the timeout too, and is retried the same way).
     await db().sql`create table stock (sku text primary key, left_count int not null)`;
     await db().sql`insert into stock values ('sku-1', 5)`;
     const holder = await db().sql.reserve();
@@ -163,7 +166,7 @@ describe('retries, timeouts and cancel', () => {
       name: 'blocked-tx',
       version: 1,
       input: z.object({}),
-      steps: { reserve: step('reserve.v1', { timeoutMs: 300, retry: { attempts: 3, initialDelayMs: 10 } }) },
+      steps: { reserve: step('reserve.v1', { timeoutMs: 2_000, retry: { attempts: 10, initialDelayMs: 10 } }) },
       async run({ steps }) {
         return steps.reserve.tx(async (_db, context) => {
           await record('reserve.v1')(_db, context);
@@ -175,36 +178,43 @@ describe('retries, timeouts and cancel', () => {
     });
     const engine = testEngine(db(), [blocked]);
     const ref = { scope: 'acme', key: uniqueKey('blocked') };
+    let succeeded: { attempt: number };
     try {
-      expect(await engine.run(blocked, ref, {})).toEqual({ attempt: 2 });
+      succeeded = await engine.run(blocked, ref, {});
     } finally {
       holder.release();
     }
+    expect(succeeded.attempt).toBeGreaterThanOrEqual(2);
+    // Only the attempt that succeeded left its writes: the stock went down once, one effect row.
     expect((await db().sql`select left_count from stock where sku = 'sku-1'`)[0]!.left_count).toBe(4);
     expect(await effectCount(childKey(await storedRoot(db(), ref), 'reserve.v1'))).toBe(1);
-    expect((await engine.get(ref))!.steps[0]).toMatchObject({ name: 'reserve.v1', attempts: 2 });
+    expect((await engine.get(ref))!.steps[0]).toMatchObject({ name: 'reserve.v1', attempts: succeeded.attempt });
     await engine.shutdown();
   });
 
   it('gives up on a tx step that waits past its timeout, rolls its writes back, and fails resumably when attempts run out', async () => {
     let hang = true;
-    const stalled = defineWorkflow({
-      name: 'stalled-tx',
-      version: 1,
-      input: z.object({}),
-      steps: {
-        before: step('before.v1'),
-        stall: step('stall.v1', { timeoutMs: 200, retry: { attempts: 2, initialDelayMs: 10 } }),
-      },
-      async run({ steps }) {
-        await steps.before.tx(record('before.v1'));
-        return steps.stall.tx(async (_db, context) => {
-          await record('stall.v1')(_db, context);
-          if (hang) await new Promise(() => {});
-          return 'done';
-        });
-      },
-    });
+    // The same workflow in two releases: the step's timeout raised in the second (the resume must not
+    // time out for being slow on a busy host; the first release's attempts hang for good).
+    const stalledWith = (timeoutMs: number) =>
+      defineWorkflow({
+        name: 'stalled-tx',
+        version: 1,
+        input: z.object({}),
+        steps: {
+          before: step('before.v1'),
+          stall: step('stall.v1', { timeoutMs, retry: { attempts: 2, initialDelayMs: 10 } }),
+        },
+        async run({ steps }) {
+          await steps.before.tx(record('before.v1'));
+          return steps.stall.tx(async (_db, context) => {
+            await record('stall.v1')(_db, context);
+            if (hang) await new Promise(() => {});
+            return 'done';
+          });
+        },
+      });
+    const stalled = stalledWith(200);
     const engine = testEngine(db(), [stalled]);
     const ref = { scope: 'acme', key: uniqueKey('stalled') };
     const error = (await engine.run(stalled, ref, {}).catch((e: unknown) => e)) as StepkeyError;
@@ -212,11 +222,14 @@ describe('retries, timeouts and cancel', () => {
     expect(error.code).toBe('run_failed');
     expect(error.message).toMatch(/Step 'stall.v1' failed 2 times: Step 'stall.v1' timed out after 200 ms \(attempt 2\)/);
     expect(await effectCount(stallKey)).toBe(0);
+    await engine.shutdown();
     hang = false;
-    expect(await engine.run(stalled, ref, {})).toBe('done');
+    const patient = stalledWith(PATIENCE_MS);
+    const next = testEngine(db(), [patient]);
+    expect(await next.run(patient, ref, {})).toBe('done');
     expect(await effectCount(stallKey)).toBe(1);
     expect(await effectCount(childKey(await storedRoot(db(), ref), 'before.v1'))).toBe(1);
-    await engine.shutdown();
+    await next.shutdown();
   });
 
   it('fails a run resumably when retries run out; the next start resumes from that step', async () => {
@@ -253,6 +266,8 @@ describe('retries, timeouts and cancel', () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     let secondRan = false;
+    let inside!: () => void;
+    const inFirst = new Promise<void>((resolve) => (inside = resolve));
     const slow = defineWorkflow({
       name: 'cancellable',
       version: 1,
@@ -261,6 +276,7 @@ describe('retries, timeouts and cancel', () => {
       async run({ steps }) {
         await steps.first.tx(async (db, context) => {
           await record('first.v1')(db, context);
+          inside();
           await gate;
         });
         await steps.second.tx(async () => {
@@ -272,7 +288,8 @@ describe('retries, timeouts and cancel', () => {
     const engine = testEngine(db(), [slow]);
     const ref = { scope: 'acme', key: uniqueKey('cancel') };
     const handle = await engine.start(slow, ref, {});
-    await sleep(100);
+    // Cancelled while its first step is in flight.
+    await inFirst;
     expect(await engine.cancel(ref, 'customer changed their mind')).toBe(true);
     release();
     await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
@@ -288,6 +305,7 @@ describe('retries, timeouts and cancel', () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     const seen: { early?: AbortSignal; late?: AbortSignal } = {};
+    let inFirst = 0;
     const watched = defineWorkflow({
       name: 'watched',
       version: 1,
@@ -296,6 +314,7 @@ describe('retries, timeouts and cancel', () => {
       async run({ input, steps, ctx }) {
         if (input.early) seen.early = ctx.signal;
         await steps.first.tx(async () => {
+          inFirst += 1;
           await gate;
           if (!input.early) seen.late = ctx.signal;
         });
@@ -306,7 +325,8 @@ describe('retries, timeouts and cancel', () => {
     const early = { scope: 'acme', key: uniqueKey('signal-early') };
     const late = { scope: 'acme', key: uniqueKey('signal-late') };
     const handles = [await engine.start(watched, early, { early: true }), await engine.start(watched, late, { early: false })];
-    await sleep(100);
+    // Both are inside their step when they are cancelled.
+    await expect.poll(() => inFirst).toBe(2);
     expect(seen.early?.aborted).toBe(false);
     expect(await engine.cancel(early)).toBe(true);
     expect(await engine.cancel(late)).toBe(true);
@@ -398,6 +418,8 @@ describe('takeover', () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
     let first = true;
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => (holding = resolve));
     const stuck = defineWorkflow({
       name: 'stuck',
       version: 1,
@@ -408,6 +430,7 @@ describe('takeover', () => {
           await record('work.v1')(db, context);
           if (first) {
             first = false;
+            holding();
             await gate;
           }
         });
@@ -417,12 +440,13 @@ describe('takeover', () => {
     const holder = testEngine(db(), [stuck], { leaseMs: 60_000 });
     const ref = { scope: 'acme', key: uniqueKey('stuck') };
     const handle = await holder.start(stuck, ref, {});
-    await sleep(100);
+    // The holder is inside its step (holding the gate) when its lease is taken over.
+    await held;
 
     const rescuer = testEngine(db(), [stuck], { leaseMs: 60_000 });
     rescuer.clock.advance(61_000);
     expect(await rescuer.sweep()).toBeGreaterThanOrEqual(1);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     release();
     await expect(handle.result()).resolves.toBe('done');
     expect(await effectCount(childKey(handle.rootKey!, 'work.v1'))).toBe(1);

@@ -8,11 +8,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import postgres from 'postgres';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { Clock } from '../../src/db/clock.js';
 import { childKey } from '../../src/keys/derive.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 30 });
 
@@ -152,7 +154,11 @@ describe('a failed commit', () => {
 
 describe('leases', () => {
   it('give a first step that outlasts the lease a fresh lease when the run starts', async () => {
+    // One clock for both processes; the first step, whose transaction carries the run's start, takes
+    // longer than a lease (the clock is moved while it runs), and no heartbeat covers an uncommitted row.
+    const clock = new Clock();
     const calls: string[] = [];
+    const swept: number[] = [];
     const slowStart = defineWorkflow({
       name: 'slow-start',
       version: 1,
@@ -160,21 +166,22 @@ describe('leases', () => {
       steps: { a: step('a.v1'), c: step('c.v1') },
       async run({ steps }) {
         await steps.a.tx(async (_db, { sql }) => {
-          await sleep(1_500);
+          clock.advance(LONG_LEASE_MS + 60_000);
           await sql`select 1`;
         });
         await steps.c.call(async () => {
           calls.push('c');
-          await sleep(1_000);
+          // A sweep while the run works on: its lease, renewed when the start committed, still holds.
+          swept.push(await sweeper.sweep());
         });
         return 'done';
       },
     });
-    const runner = testEngine(db(), [slowStart], { leaseMs: 1_000 });
-    const sweeper = testEngine(db(), [slowStart], { leaseMs: 1_000, sweepIntervalMs: 50 });
-    sweeper.startSweeper();
+    const runner = testEngine(db(), [slowStart], { clock });
+    const sweeper = testEngine(db(), [slowStart], { clock });
     const ref = { scope: 'acme', key: uniqueKey('slow-start') };
     expect(await runner.attempt(slowStart, ref, {})).toMatchObject({ state: 'completed', replayed: false });
+    expect(swept).toEqual([0]);
     expect(calls).toEqual(['c']);
     await runner.shutdown();
     await sweeper.shutdown();

@@ -72,7 +72,7 @@ describe('stepkey queues', () => {
     for (let i = 0; i < 3; i += 1) await engine.start(limited, { scope: 's', key: `l-${i}` }, { tenant: 'acct' });
     const row = async (key: string) =>
       (await db.sql<{ status: string; wait_kind: string | null }[]>`select status, wait_kind from stepkey.ledger where scope = 's' and key = ${key}`)[0];
-    await expect.poll(async () => (await Promise.all(['l-0', 'l-1', 'l-2'].map(row))).filter((r) => r?.status === 'waiting').length, { timeout: 30_000 }).toBe(2);
+    await expect.poll(async () => (await Promise.all(['l-0', 'l-1', 'l-2'].map(row))).filter((r) => r?.status === 'waiting').length).toBe(2);
     const listed = await runCli(['queues', '--json', '--sample-ms', '50', '--limit', 'cli-payments'], { databaseUrl: created.url });
     expect(listed.json<{ limits: unknown[] }>().limits).toMatchObject([
       { limit: 'cli-payments', partition: 'acct', concurrency: 1, rateLimit: '100/1000ms', held: 1, waiting: 2 },

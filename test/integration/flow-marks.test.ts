@@ -22,6 +22,7 @@ import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers
 import { testEngine } from '../helpers/engine.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { limitHeld } from '../helpers/limits.js';
 import { migrateBefore } from '../helpers/migrations.js';
 
@@ -36,7 +37,8 @@ const plain = defineWorkflow({
   name: 'mark-plain',
   version: 1,
   input: z.object({ id: z.string() }),
-  steps: { first: step('first.v1'), held: step('held.v1') },
+  // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+  steps: { first: step('first.v1'), held: step('held.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps }) {
     await steps.first.tx(async () => 'ok');
     await steps.held.call(async () => {
@@ -115,7 +117,7 @@ describe('the flow mark', () => {
     const sql = db().sql;
     const ref = { scope: 'acme', key: uniqueKey('mark-late') };
     const running = e.run(plain, ref, { id: ref.key });
-    await expect.poll(() => flowOf(sql, ref), { timeout: 10_000 }).toBe(false);
+    await expect.poll(() => flowOf(sql, ref)).toBe(false);
     // As a process whose definition of this workflow takes a limit would, and a queue's entry.
     await takeSlot(sql, ref, 'mark-single');
     await sql`
@@ -138,7 +140,7 @@ describe('the flow mark', () => {
     await takeSlot(sql, ref, 'mark-single');
     expect(await flowOf(sql, ref)).toBeUndefined();
     const running = e.run(plain, ref, { id: ref.key });
-    await expect.poll(() => flowOf(sql, ref), { timeout: 10_000 }).toBe(false);
+    await expect.poll(() => flowOf(sql, ref)).toBe(false);
     // Taken again for the new run, the way an acquire takes a slot it already has a row for.
     await sql`
       insert into stepkey.limit_slots as l (scope, key, limit_name, partition, step, token, granted_at)
@@ -190,7 +192,7 @@ describe('an upgrade to migration 0011', () => {
 
       gate(inFlight.key).open();
       await e.sweep();
-      await waitForRunsToEnd(upgraded.sql, inFlight.key, 20_000);
+      await waitForRunsToEnd(upgraded.sql, inFlight.key);
       const [row] = await upgraded.sql<{ status: string; outcome: string }[]>`
         select status, outcome from stepkey.ledger where scope = ${inFlight.scope} and key = ${inFlight.key}`;
       expect(row).toEqual({ status: 'completed', outcome: JSON.stringify(inFlight.key) });

@@ -14,6 +14,7 @@ import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 
 const db = useTestDatabase();
@@ -27,7 +28,8 @@ const work = defineWorkflow({
   name: 'flow-work',
   version: 1,
   input: z.object({ id: z.string(), tenant: z.string(), hold: z.boolean().default(false) }),
-  steps: { work: step('work.v1') },
+  // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps }) {
     await steps.work.call(async () => {
       started.push(input.id);
@@ -181,13 +183,13 @@ describe('enqueue', () => {
     await first.enqueue(work, ref, { id: ref.key, tenant: 't', hold: true }, { queue: single });
     await first.enqueue(work, next, { id: next.key, tenant: 't' }, { queue: single });
     // The holder is in its call (its start committed, its row no longer locked by that transaction).
-    await expect.poll(() => started.includes(ref.key), { timeout: 30_000 }).toBe(true);
+    await expect.poll(() => started.includes(ref.key)).toBe(true);
     // The first process stalls: its heartbeat stops, and for the second its lease has run out.
     await first.shutdown({ timeoutMs: 1 });
     const second = engine();
-    second.clock.advance(10_000);
+    second.clock.advance(second.leaseMs + 60_000);
     // A beat of the first process may still hold the run's row for a moment (the sweep skips locked rows).
-    await expect.poll(async () => (await second.sweep(), await attemptsOf(ref)), { timeout: 10_000 }).toBe(2);
+    await expect.poll(async () => (await second.sweep(), await attemptsOf(ref))).toBe(2);
     expect(await status(next)).toMatchObject({ status: 'waiting', wait_kind: 'slot' });
     expect(await slotsHeld(db().sql, 'flow-single')).toEqual({ held: 1, entries: 2 });
     // Another process's dispatch holds the queue's row as the holder ends: the dispatch after
@@ -222,7 +224,7 @@ describe('enqueue', () => {
     // Its slot is given back in the cancel's transaction, and the holder's execution here stops. The
     // dispatch after that end and a sweep's race for the queue's lock (a sweep skips a queue another
     // dispatch holds): whichever gets it starts the next run.
-    await expect.poll(async () => (await e.sweep(), (await status(after))?.status), { timeout: 10_000 }).toBe('in_progress');
+    await expect.poll(async () => (await e.sweep(), (await status(after))?.status)).toBe('in_progress');
     gate(after.key).open();
     gate(holder.key).open();
     await waitForRunsToEnd(db().sql, after.key);
@@ -236,7 +238,7 @@ describe('a slot holder that parks', () => {
     const sleeper = { scope: 'acme', key: uniqueKey('sleeper') };
     const other = { scope: 'acme', key: uniqueKey('other') };
     await e.enqueue(napper, sleeper, { id: sleeper.key }, { queue: single });
-    await expect.poll(async () => (await status(sleeper))?.wait_kind, { timeout: 10_000 }).toBe('timer');
+    await expect.poll(async () => (await status(sleeper))?.wait_kind).toBe('timer');
     expect(await slotsHeld(db().sql, 'flow-single')).toEqual({ held: 0, entries: 1 });
     // Its slot is free: the next run starts at once; it holds the slot while it runs.
     await e.enqueue(work, other, { id: other.key, tenant: 't', hold: true }, { queue: single });
@@ -260,8 +262,8 @@ describe('a rate limit', () => {
     const prefix = uniqueKey('rate');
     const startedOf = () => started.filter((id) => id.startsWith(prefix)).length;
     const settle = async (n: number) => {
-      await expect.poll(startedOf, { timeout: 30_000 }).toBe(n);
-      await expect.poll(() => e.activeRuns, { timeout: 30_000 }).toBe(0);
+      await expect.poll(startedOf).toBe(n);
+      await expect.poll(() => e.activeRuns).toBe(0);
     };
     for (let i = 0; i < 12; i += 1) {
       const ref = { scope: 'acme', key: `${prefix}-${i}` };
@@ -274,7 +276,7 @@ describe('a rate limit', () => {
     // An hour later: five more, not seven — the bucket never holds more than its limit.
     // A sweep skips a queue whose row another dispatch holds (the one after a run's end): sweep until they start.
     const sweepUntil = async (n: number) => {
-      await expect.poll(async () => (await e.sweep(), startedOf()), { timeout: 30_000 }).toBe(n);
+      await expect.poll(async () => (await e.sweep(), startedOf())).toBe(n);
       await settle(n);
     };
     e.clock.advance(3_600_000);

@@ -119,7 +119,7 @@ describe('a queued run in the read models', () => {
       expect(info?.queue).toMatchObject({ holding: true, position: null });
     }
     gates.get(current)!();
-    await expect.poll(async () => (await engine!.get({ scope: 's', key: current }))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine!.get({ scope: 's', key: current }))?.status).toBe('completed');
     expect((await engine.get({ scope: 's', key: current }))?.queue).toBeUndefined();
   });
 
@@ -128,7 +128,7 @@ describe('a queued run in the read models', () => {
     for (let i = 0; i < 3; i += 1) await engine.enqueue(hold, { scope: 't', key: `a-${i}` }, { tenant: 'a', n: i }, { queue: tenants });
     for (let i = 0; i < 2; i += 1) await engine.enqueue(hold, { scope: 't', key: `b-${i}` }, { tenant: 'b', n: i }, { queue: tenants });
     // a-0 and b-0 hold the two slots; a-1, a-2 and b-1 wait, each in its partition's line.
-    await expect.poll(async () => (await engine!.get({ scope: 't', key: 'b-0' }))?.queue?.holding, { timeout: 10_000 }).toBe(true);
+    await expect.poll(async () => (await engine!.get({ scope: 't', key: 'b-0' }))?.queue?.holding).toBe(true);
     const place = async (key: string) => (await engine!.get({ scope: 't', key }))?.queue;
     expect(await place('a-2')).toMatchObject({ partition: 'a', position: 2, partitionWaiting: 2, queueWaiting: 3 });
     expect(await place('b-1')).toMatchObject({ partition: 'b', position: 1, partitionWaiting: 1, queueWaiting: 3 });

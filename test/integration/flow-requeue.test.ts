@@ -32,6 +32,7 @@ import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { migrateBefore } from '../helpers/migrations.js';
 
 const db = useTestDatabase();
@@ -51,7 +52,8 @@ const flaky = defineWorkflow({
   input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
   steps: {
     prep: step('rq-prep.v1'),
-    work: step('rq-work.v1', { retry: { attempts: 2, initialDelayMs: 10 } }),
+    // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+    work: step('rq-work.v1', { retry: { attempts: 2, initialDelayMs: 10 }, timeoutMs: LONG_LEASE_MS }),
   },
   async run({ input, steps }) {
     await steps.prep.call(async () => {
@@ -116,7 +118,7 @@ async function failedBehindHolder(e: Engine, prefix: string) {
 
   const held = await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
   expect(held).toMatchObject({ started: true, queued: false });
-  await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+  await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length).toBe(1);
   failing.delete(failed.key);
   return { failed, holder, input, held };
 }
@@ -132,7 +134,7 @@ async function expectWaitsThenCompletes(e: Engine, prefix: string, refs: { faile
   expect(worked.get(refs.failed.key)).toBeUndefined();
 
   gate(refs.holder.key).open();
-  await waitForRunsToEnd(db().sql, prefix, 30_000);
+  await waitForRunsToEnd(db().sql, prefix);
   expect(await status(db().sql, refs.failed)).toMatchObject({ status: 'completed' });
   expect(worked.get(refs.failed.key)).toBe(1);
   // Its finished step was replayed, not run again.
@@ -226,11 +228,11 @@ describe('a failed queued run that is resumed', () => {
     expect(await again.result()).toEqual({ id: byEnqueue.key });
     // No sweeper runs in this engine: only the prompt dispatch can start it.
     expect(await e.resume(byResume)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
-    await expect.poll(async () => (await status(db().sql, byResume))?.status, { timeout: 20_000 }).toBe('completed');
+    await expect.poll(async () => (await status(db().sql, byResume))?.status).toBe('completed');
     expect(await operatorActions(db()).resume(byOperator)).toEqual({ applied: true, previous: 'failed', busy: false, expired: false });
     expect(await status(db().sql, byOperator)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
     await e.sweep();
-    await waitForRunsToEnd(db().sql, prefix, 30_000);
+    await waitForRunsToEnd(db().sql, prefix);
     for (const ref of refs) {
       expect(await status(db().sql, ref)).toMatchObject({ status: 'completed' });
       expect(prepared.get(ref.key)).toBe(1);
@@ -308,7 +310,7 @@ describe('a failed queued run that is resumed', () => {
             : makeRunDue(db().sql, systemClock, ref);
         // It waits for the holder's row lock.
         await expect.poll(async () => (await db().sql`
-          select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n, { timeout: 10_000 }).toBe(1);
+          select count(*)::int as n from pg_stat_activity where ${pid}::int = any(pg_blocking_pids(pid))`)[0]!.n).toBe(1);
         await holder`commit`;
         if (how === 'takeover') expect(await racing).toBeUndefined();
         else expect(await racing).toEqual({ applied: false, busy: false, expired: false });
@@ -332,7 +334,7 @@ describe('a failed queued run that is resumed', () => {
   });
 
   it('that expired leaves the queue: the key enqueued again is a new run; a purge takes the entry with the run', async () => {
-    const e = engine(db(), { retentionMs: 60_000 });
+    const e = engine(db(), { retentionMs: 600_000 });
     const prefix = uniqueKey('rq-expired');
     const reused = { scope: 'acme', key: `${prefix}-reused` };
     const purged = { scope: 'acme', key: `${prefix}-purged` };
@@ -342,7 +344,7 @@ describe('a failed queued run that is resumed', () => {
       failing.delete(ref.key);
     }
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 2 });
-    e.clock.advance(60_001);
+    e.clock.advance(600_001);
     const fresh = await e.enqueue(flaky, reused, { id: reused.key }, { queue: single });
     expect(fresh).toMatchObject({ started: true, requeued: false });
     expect(await fresh.result()).toEqual({ id: reused.key });
@@ -375,7 +377,7 @@ describe('an upgrade to migration 0014', () => {
       await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
       // A run holding the slot across the upgrade, at its gate.
       await e.enqueue(flaky, inFlight, { id: inFlight.key, hold: true }, { queue: single });
-      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length, { timeout: 10_000 }).toBe(1);
+      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length).toBe(1);
       failing.delete(ref.key);
 
       await migrate(url);
@@ -385,7 +387,7 @@ describe('an upgrade to migration 0014', () => {
       expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
       expect(await status(before.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
       gate(inFlight.key).open();
-      await waitForRunsToEnd(before.sql, ref.key, 30_000);
+      await waitForRunsToEnd(before.sql, ref.key);
       expect(await status(before.sql, ref)).toMatchObject({ status: 'completed' });
       expect(await status(before.sql, inFlight)).toMatchObject({ status: 'completed' });
       expect(prepared.get(ref.key)).toBe(1);
@@ -435,17 +437,17 @@ describe('an upgrade to migration 0009', () => {
         const e = engine(upgraded);
         // Dispatched like any queued run; it fails, keeps its entry, holds no slot.
         await e.sweep();
-        await expect.poll(async () => (await status(upgraded.sql, ref))?.status, { timeout: 20_000 }).toBe('failed');
+        await expect.poll(async () => (await status(upgraded.sql, ref))?.status).toBe('failed');
         expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
         // Another run holds the slot; the resumed run waits for it.
         const holder = { scope: 'acme', key: `${ref.key}-holder` };
         await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
-        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length, { timeout: 10_000 }).toBe(1);
+        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length).toBe(1);
         failing.delete(ref.key);
         expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
         expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
         gate(holder.key).open();
-        await waitForRunsToEnd(upgraded.sql, ref.key, 30_000);
+        await waitForRunsToEnd(upgraded.sql, ref.key);
         expect(await status(upgraded.sql, ref)).toMatchObject({ status: 'completed' });
         expect(maxOverlap(await readIntervals(upgraded.sql, ref.key)).overall).toBe(1);
         expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });

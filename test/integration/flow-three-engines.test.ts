@@ -15,6 +15,7 @@ import type { Engine } from '../../src/workflow/engine.js';
 import { createTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { createIntervals, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 
 let drop: () => Promise<void>;
@@ -35,12 +36,15 @@ afterAll(async () => {
 });
 
 let gate: Promise<void> = Promise.resolve();
+/** How long hundreds of runs may take to end on a busy host. */
+const ALL_RUNS_MS = 600_000;
 
 const work = defineWorkflow({
   name: 'flow-interval',
   version: 1,
   input: z.object({ id: z.string(), tenant: z.string(), pause: z.number().int() }),
-  steps: { work: step('interval.v1') },
+  // Its call waits at the gate for as long as the test enqueues: no attempt timeout cuts it meanwhile.
+  steps: { work: step('interval.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps }) {
     await steps.work.call(async () => {
       const id = await recordStart(main.sql, input.id, input.tenant);
@@ -60,12 +64,15 @@ const perTenant = defineQueue<{ tenant: string }>({
 });
 const fair = defineQueue<{ tenant: string }>({ name: 'flow-fair', concurrency: 5, partitionBy: (input) => input.tenant });
 
-/** Three engines, as three worker processes, each with its own pool and sweeper. */
-function threeEngines(leaseMs = 2_000): Engine[] {
+/**
+ * Three engines, as three worker processes, each with its own pool and sweeper. Their leases (and
+ * so their waits for a connection) are the test engine's: a busy host never lets a run go as stalled.
+ */
+function threeEngines(): Engine[] {
   return [0, 1, 2].map(() => {
     const pool = connect(url, { max: 6 });
     pools.push(pool);
-    const engine = testEngine(Object.assign(pool, { name: 'flow' }), [work], { queues: [perTenant, fair], maxConcurrentRuns: 4, leaseMs });
+    const engine = testEngine(Object.assign(pool, { name: 'flow' }), [work], { queues: [perTenant, fair], maxConcurrentRuns: 4 });
     engine.startSweeper();
     return engine;
   });
@@ -95,7 +102,7 @@ describe('three engines', () => {
     const runs = Array.from({ length: 300 }, (_, i) => ({ key: `${prefix}-${i}`, tenant: `t${i % 10}`, pause: 2 + (i % 7) * 3 }));
     try {
       await enqueueAll(engines, runs, 'flow-per-tenant');
-      await waitForRunsToEnd(main.sql, prefix, 240_000);
+      await waitForRunsToEnd(main.sql, prefix, ALL_RUNS_MS);
     } finally {
       await Promise.all(engines.map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
     }
@@ -114,11 +121,11 @@ describe('three engines', () => {
       select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
     expect(done!.n).toBe(300);
     expect(await slotsHeld(main.sql, 'flow-per-tenant')).toEqual({ held: 0, entries: 0 });
-  }, 300_000);
+  }, 1_200_000);
 
   it('tenant A enqueues 2,000, then tenant B 20: every B run starts before A’s 200th', async () => {
-    // Runs wait at the gate while A's backlog is enqueued: a lease longer than that wait keeps them from being let go as stalled.
-    const engines = threeEngines(120_000);
+    // Runs wait at the gate while A's backlog is enqueued: the lease outlasts that wait.
+    const engines = threeEngines();
     const prefix = uniqueKey('fair');
     let open!: () => void;
     gate = new Promise<void>((resolve) => (open = resolve));
@@ -129,7 +136,7 @@ describe('three engines', () => {
       await enqueueAll(engines, Array.from({ length: 20 }, (_, i) => ({ key: `${prefix}-b${i}`, tenant: 'B', pause: 0 })), 'flow-fair');
       open();
       const t1 = Date.now();
-      await waitForRunsToEnd(main.sql, `${prefix}-b`, 240_000);
+      await waitForRunsToEnd(main.sql, `${prefix}-b`, ALL_RUNS_MS);
       console.log(`flow fairness: B's 20 runs ended ${Date.now() - t1} ms after the gate opened`);
     } finally {
       const t2 = Date.now();
@@ -151,5 +158,5 @@ describe('three engines', () => {
     expect(bStarts.length).toBe(20);
     expect(new Set(bStarts.map((s) => s.run)).size).toBe(20);
     expect(aBeforeLastB).toBeLessThan(200);
-  }, 600_000);
+  }, 1_200_000);
 });

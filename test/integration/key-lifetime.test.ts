@@ -129,7 +129,7 @@ describe('a resumed run', () => {
     const root = await storedRoot(db(), ref);
     rescuer.clock.advance(61_000);
     expect(await rescuer.sweep()).toBeGreaterThanOrEqual(1);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect((await rescuer.get(ref))!.output).toBe(JSON.stringify(childKey(root, 'second.v1')));
     expect(await storedRoot(db(), ref)).toBe(root);
     hold();

@@ -3,12 +3,13 @@ import { fingerprint } from '../../src/keys/fingerprint.js';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testLedger, uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 
 describe('claim (split form)', () => {
   it('owns a new key, then answers in progress to a duplicate without writing', async () => {
-    const ledger = testLedger(db());
+    const ledger = testLedger(db(), { leaseMs: LONG_LEASE_MS });
     const key = uniqueKey();
     const request = { scope: 'acme', key, fingerprint: fingerprint({ amount: 1 }) };
     const first = await ledger.claim(request);
@@ -18,8 +19,9 @@ describe('claim (split form)', () => {
     const second = await ledger.claim(request);
     expect(second).toMatchObject({ state: 'in_progress' });
     if (second.state === 'in_progress') {
-      expect(second.retryAfterMs).toBeGreaterThan(25_000);
-      expect(second.retryAfterMs).toBeLessThanOrEqual(30_000);
+      // Retry after the rest of the lease: most of it (a busy host may take a while between the two claims).
+      expect(second.retryAfterMs).toBeGreaterThan(LONG_LEASE_MS / 2);
+      expect(second.retryAfterMs).toBeLessThanOrEqual(LONG_LEASE_MS);
     }
     expect(await ledger.get({ scope: 'acme', key })).toEqual(before);
   });
@@ -112,14 +114,14 @@ describe('claim (split form)', () => {
 
 describe('leases and takeover', () => {
   it('takes over an expired lease with the same fingerprint and fences the old holder out', async () => {
-    const ledger = testLedger(db(), { leaseMs: 5_000 });
+    const ledger = testLedger(db(), { leaseMs: LONG_LEASE_MS });
     const request = { scope: 'acme', key: uniqueKey(), fingerprint: 'fp-1' };
     const old = await ledger.claim(request);
     if (old.state !== 'owned') throw new Error('expected to own the key');
 
-    ledger.clock.advance(4_000);
+    ledger.clock.advance(LONG_LEASE_MS / 2);
     expect((await ledger.claim(request)).state).toBe('in_progress');
-    ledger.clock.advance(2_000);
+    ledger.clock.advance(LONG_LEASE_MS);
 
     const other = await ledger.claim({ ...request, fingerprint: 'fp-2' });
     expect(other.state).toBe('mismatch');
@@ -136,10 +138,10 @@ describe('leases and takeover', () => {
   });
 
   it('never takes over a key with another fingerprint, even when its lease expired', async () => {
-    const ledger = testLedger(db(), { leaseMs: 1_000 });
+    const ledger = testLedger(db(), { leaseMs: LONG_LEASE_MS });
     const request = { scope: 'acme', key: uniqueKey(), fingerprint: 'fp-1' };
     const first = await ledger.claim(request);
-    ledger.clock.advance(60_000);
+    ledger.clock.advance(2 * LONG_LEASE_MS);
     expect((await ledger.claim({ ...request, fingerprint: 'fp-2' })).state).toBe('mismatch');
     expect(await ledger.get(request)).toMatchObject({
       fingerprint: 'fp-1',
@@ -148,22 +150,24 @@ describe('leases and takeover', () => {
   });
 
   it('lets exactly one of many contenders take over an expired lease', async () => {
-    const ledger = testLedger(db(), { leaseMs: 1_000 });
+    // The winner's new lease outlasts the race however slowly the other nine claims run.
+    const ledger = testLedger(db(), { leaseMs: LONG_LEASE_MS });
     const request = { scope: 'acme', key: uniqueKey(), fingerprint: 'fp' };
     await ledger.claim(request);
-    ledger.clock.advance(2_000);
+    ledger.clock.advance(2 * LONG_LEASE_MS);
     const results = await Promise.all(Array.from({ length: 10 }, () => ledger.claim(request)));
     expect(results.filter((r) => r.state === 'owned')).toHaveLength(1);
     expect(results.filter((r) => r.state === 'in_progress')).toHaveLength(9);
   });
 
   it('a heartbeat keeps a long-running claim from being taken over', async () => {
-    const ledger = testLedger(db(), { leaseMs: 5_000 });
+    const ledger = testLedger(db(), { leaseMs: LONG_LEASE_MS });
     const request = { scope: 'acme', key: uniqueKey(), fingerprint: 'fp' };
     const claim = await ledger.claim(request);
     if (claim.state !== 'owned') throw new Error('expected to own the key');
+    // Five leases' time in all, most of a lease between two beats.
     for (let i = 0; i < 5; i += 1) {
-      ledger.clock.advance(4_000);
+      ledger.clock.advance(LONG_LEASE_MS * 0.8);
       expect(await ledger.heartbeat(claim.lease)).toBe(true);
     }
     expect((await ledger.claim(request)).state).toBe('in_progress');

@@ -8,6 +8,7 @@ import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { spawnScript } from '../../src/testing/child-process.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testLedger, uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 60 });
 
@@ -90,13 +91,21 @@ describe('once', () => {
     const request = { scope: 'acme', key, fingerprint: 'fp' };
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
-    const first = ledger.once(request, async () => {
-      await gate;
-      return 1;
-    });
-    await sleep(100);
-    // The first call is parked until released: the duplicate is answered without waiting for it.
+    let inside!: () => void;
+    const working = new Promise<void>((resolve) => (inside = resolve));
+    let firstDone = false;
+    const first = ledger
+      .once(request, async () => {
+        inside();
+        await gate;
+        return 1;
+      })
+      .finally(() => (firstDone = true));
+    // The first call holds the key and works until the gate opens; only then the duplicate comes.
+    await working;
     const duplicate = await ledger.once(request, async () => 2);
+    // Answered while the first still works (the gate opens only after this), not after it.
+    expect(firstDone).toBe(false);
     release();
     expect(duplicate.state).toBe('in_progress');
     expect((await first).state).toBe('executed');
@@ -221,10 +230,10 @@ describe('once, killed by SIGKILL', () => {
     expect((await child.exited).signal).toBe('SIGKILL');
     expect(await ordersFor(key)).toBe(0);
     const ledger = testLedger(db());
-    await expect.poll(async () => ledger.get({ scope: 'acme', key }), { timeout: 5_000 }).toBeUndefined();
+    await expect.poll(async () => ledger.get({ scope: 'acme', key })).toBeUndefined();
 
     const retry = spawnScript(script, { args: [db().url, 'acme', key] });
-    await retry.waitFor(/DONE executed/);
+    await retry.waitFor(/DONE executed/, PATIENCE_MS);
     expect(await ordersFor(key)).toBe(1);
   });
 
@@ -234,7 +243,7 @@ describe('once, killed by SIGKILL', () => {
     expect((await child.exited).signal).toBe('SIGKILL');
     expect(await ordersFor(key)).toBe(1);
     const retry = spawnScript(script, { args: [db().url, 'acme', key] });
-    await retry.waitFor(/DONE replay/);
+    await retry.waitFor(/DONE replay/, PATIENCE_MS);
     expect(await ordersFor(key)).toBe(1);
   });
 });

@@ -64,7 +64,7 @@ describe('logs', () => {
     await a.start(pay, ref, {});
     await expect.poll(() => calls).toBe(1);
     expect(await b.sweep()).toBe(1);
-    await expect.poll(async () => (await b.get(ref))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await b.get(ref))?.status).toBe('completed');
     release();
     const events = lines.map((line) => line.event);
     expect(events).toEqual(expect.arrayContaining(['run.takeover', 'run.resumed', 'call.unknown_outcome', 'step.retry']));
@@ -81,8 +81,8 @@ describe('logs', () => {
     const worker = await runWorker({ database: db(), effects: [note], leaseMs: 600, purgeSchedule: false, onError: () => {}, logger });
     try {
       await enqueueEffect(db().sql, note, { n: 1 }, { scope: 'acme', key: uniqueKey('note') });
-      await expect.poll(() => lines.some((line) => line.event === 'effect.delivery'), { timeout: 10_000 }).toBe(true);
-      await expect.poll(() => lines.some((line) => line.event === 'worker.dead_pool_unlocked'), { timeout: 10_000 }).toBe(true);
+      await expect.poll(() => lines.some((line) => line.event === 'effect.delivery')).toBe(true);
+      await expect.poll(() => lines.some((line) => line.event === 'worker.dead_pool_unlocked')).toBe(true);
     } finally {
       await worker.stop();
     }

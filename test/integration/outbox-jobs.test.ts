@@ -79,14 +79,14 @@ describe('retry by hand', () => {
       plans.set(ref.key, ['permanent', 'retryable', 'ok']);
       const { key } = await enqueueEffect(db().sql, flaky, { event: ref.key, amount: 12, currency: 'EUR' }, ref);
       await expect
-        .poll(() => jobOf(key), { timeout: 10_000 })
+        .poll(() => jobOf(key))
         .toMatchObject({ status: 'failed', attempts: 1, maxAttempts: 1, lastError: expect.stringMatching(/answered 400/) });
 
       const failed = (await jobOf(key))!;
       expect(await retryJobs(db().sql, [failed.id])).toEqual([failed.id]);
       // The second delivery fails with a retryable error: with one attempt left it would fail for good.
       await expect
-        .poll(() => jobOf(key), { timeout: 10_000 })
+        .poll(() => jobOf(key))
         .toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 5, lastError: expect.stringMatching(/answered 503/) });
       expect(deliveries.get(ref.key)).toBe(2);
     });

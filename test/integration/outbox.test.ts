@@ -1,6 +1,5 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { inTransaction } from '../../src/db/transaction.js';
@@ -15,6 +14,7 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 20 });
 
@@ -35,7 +35,7 @@ const webhook = defineEffect({
   payload: z.object({ event: z.string() }),
   maxAttempts: 3,
   async handler(payload, { key, signal }) {
-    await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: 2_000 });
+    await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: PATIENCE_MS });
   },
 });
 
@@ -124,13 +124,18 @@ describe('enqueue', () => {
   it('leaves no job when the step transaction rolls back (the run was cancelled under it)', async () => {
     let release!: () => void;
     const gate = new Promise<void>((resolve) => (release = resolve));
+    let waiting!: () => void;
+    const inWait = new Promise<void>((resolve) => (waiting = resolve));
     const gated = defineWorkflow({
       name: 'outbox-gated',
       version: 1,
       input: z.object({}),
       steps: { wait: step('wait.v1'), notify: step('notify.v1') },
       async run({ steps }) {
-        await steps.wait.call(async () => gate);
+        await steps.wait.call(async () => {
+          waiting();
+          await gate;
+        });
         return steps.notify.enqueue(record, { note: 'late' });
       },
     });
@@ -138,7 +143,8 @@ describe('enqueue', () => {
     const other = testEngine(db(), [gated]);
     const ref = { scope: 'acme', key: uniqueKey('rollback') };
     const handle = await runner.start(gated, ref, {});
-    await sleep(50);
+    // Cancelled by another process while the run is in its first step.
+    await inWait;
     expect(await other.cancel(ref)).toBe(true);
     release();
     await expect(handle.result()).rejects.toMatchObject({ code: 'run_cancelled' });
@@ -183,12 +189,11 @@ describe('consume', () => {
     // A second job carrying the same message, as a redelivery would.
     const envelope = JSON.stringify({ k: key, s: ref.scope, p: { note: 'dup' } });
     await db().sql`select graphile_worker.add_job('test.record', ${envelope}::json)`;
-    await expect.poll(() => receivedFor(key), { timeout: 10_000 }).toBe(1);
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => receivedFor(key)).toBe(1);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     await expect
       .poll(
         async () => (await db().sql`select count(*)::int as n from graphile_worker.jobs where task_identifier = 'test.record'`)[0]!.n,
-        { timeout: 10_000 },
       )
       .toBe(0);
     expect(await receivedFor(key)).toBe(1);
@@ -199,14 +204,14 @@ describe('consume', () => {
     const ref = { scope: 'acme', key: uniqueKey('hook') };
     const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
     await expect
-      .poll(async () => (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key), { timeout: 10_000 })
+      .poll(async () => (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key))
       .toMatchObject({ attempts: 1, maxAttempts: 1, lastError: expect.stringMatching(/answered 400/) });
     expect(receiverHits.get(key)).toBe(1);
 
     receiverStatus = 200;
     const failed = (await listJobs(db().sql, { status: 'failed' })).find((job) => job.key === key)!;
     expect(await retryJobs(db().sql, [failed.id])).toEqual([failed.id]);
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     expect(receiverHits.get(key)).toBe(2);
   });
 
@@ -214,13 +219,13 @@ describe('consume', () => {
     receiverStatus = 503;
     const ref = { scope: 'acme', key: uniqueKey('retry') };
     const { key } = await enqueueEffect(db().sql, webhook, { event: 'order.paid' }, ref);
-    await expect.poll(() => receiverHits.get(key) ?? 0, { timeout: 10_000 }).toBe(1);
+    await expect.poll(() => receiverHits.get(key) ?? 0).toBe(1);
     await expect
-      .poll(async () => (await listJobs(db().sql)).find((j) => j.key === key), { timeout: 10_000 })
+      .poll(async () => (await listJobs(db().sql)).find((j) => j.key === key))
       .toMatchObject({ status: 'retrying', attempts: 1, maxAttempts: 3 });
     receiverStatus = 200;
     await db().sql`update graphile_worker._private_jobs set run_at = now() where key = ${key}`;
-    await expect.poll(() => jobsWithKey(key), { timeout: 10_000 }).toBe(0);
+    await expect.poll(() => jobsWithKey(key)).toBe(0);
     expect(receiverHits.get(key)).toBe(2);
   });
 });

@@ -62,7 +62,7 @@ beforeAll(async () => {
       from stepkey.ledger r cross join generate_series(1, 4) j
      where r.kind = 'run'`);
   await sql.unsafe('vacuum analyze stepkey.ledger, stepkey.steps');
-}, 300_000);
+});
 
 interface PlanNode {
   'Node Type': string;

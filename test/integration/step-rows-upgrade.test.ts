@@ -125,7 +125,7 @@ describe('an upgrade to migration 0013', () => {
       // The run in flight resumes from b: a replays what the earlier release recorded.
       expect(await engine.sweep()).toBe(1);
       await expect
-        .poll(async () => (await sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${inFlight.scope} and key = ${inFlight.key}`)[0]?.status, { timeout: 10_000 })
+        .poll(async () => (await sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${inFlight.scope} and key = ${inFlight.key}`)[0]?.status)
         .toBe('completed');
       const [done] = await sql<{ outcome: string }[]>`select outcome from stepkey.ledger where scope = ${inFlight.scope} and key = ${inFlight.key}`;
       expect(JSON.parse(done!.outcome)).toBe('a-then b-now c-now');

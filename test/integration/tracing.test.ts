@@ -213,13 +213,13 @@ describe('with the SDK registered', () => {
    * run has completed and its three execution spans have ended.
    */
   const driveWaiter = async (engine: ReturnType<typeof testEngine>, ref: { scope: string; key: string }) => {
-    await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+    await expect.poll(async () => (await engine.get(ref))?.wait?.kind).toBe('event');
     expect(await engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' })).toMatchObject({ delivered: true });
-    await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+    await expect.poll(async () => (await engine.get(ref))?.wait?.kind).toBe('timer');
     engine.clock.advance(3_600_000);
     await engine.sweep();
-    await expect.poll(async () => (await engine.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
-    await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length, { timeout: 30_000 }).toBe(3);
+    await expect.poll(async () => (await engine.get(ref))?.status).toBe('completed');
+    await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter').length).toBe(3);
   };
 
   it('follows a tRPC call through its run, its step attempts and the email enqueue to the delivery, in one trace', async () => {
@@ -236,7 +236,7 @@ describe('with the SDK registered', () => {
       const keyOf = (name: string) => info!.steps.find((s) => s.name === name)!.key;
       // The job the untraced run enqueued earlier is delivered by this worker too: only this run's spans count.
       const ours = () => exporter.getFinishedSpans().filter((span) => span.attributes['stepkey.effect'] === undefined || span.attributes['stepkey.key'] === keyOf('confirm.v1'));
-      await expect.poll(() => byName(ours(), 'stepkey.deliver tracing.email').length, { timeout: 60_000 }).toBe(1);
+      await expect.poll(() => byName(ours(), 'stepkey.deliver tracing.email').length).toBe(1);
       const spans = ours();
 
       const call = one(spans, 'trpc orders.create');
@@ -296,7 +296,7 @@ describe('with the SDK registered', () => {
       await served.close();
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 
   it('continues the stored trace when another engine takes the run over after its first process stopped', async () => {
     const first = testEngine(db(), [handedOver]);
@@ -307,7 +307,7 @@ describe('with the SDK registered', () => {
       const caller = tracer().startSpan('caller');
       await context.with(trace.setSpan(context.active(), caller), () => first.start(handedOver, ref, { n: 1 }));
       caller.end();
-      await expect.poll(() => reached, { timeout: 30_000 }).toBe(1);
+      await expect.poll(() => reached).toBe(1);
       // The first process stops: its run finishes the step it is in and gives its lease up.
       const stopping = first.shutdown();
       release();
@@ -316,8 +316,8 @@ describe('with the SDK registered', () => {
 
       // Another engine's sweep, outside any span, takes it over.
       expect(await second.sweep()).toBe(1);
-      await expect.poll(async () => (await second.get(ref))?.status, { timeout: 30_000 }).toBe('completed');
-      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-handover').length, { timeout: 30_000 }).toBe(2);
+      await expect.poll(async () => (await second.get(ref))?.status).toBe('completed');
+      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-handover').length).toBe(2);
 
       const spans = exporter.getFinishedSpans();
       const [stopped, continued] = byName(spans, 'stepkey.run traced-handover');
@@ -339,7 +339,7 @@ describe('with the SDK registered', () => {
       await first.shutdown();
       await second.shutdown();
     }
-  }, 120_000);
+  });
 
   it("puts a child run under its parent's execution, and links the parent's wake to the child that ended", async () => {
     const engine = testEngine(db(), [family, kid]);
@@ -349,8 +349,8 @@ describe('with the SDK registered', () => {
       const caller = tracer().startSpan('caller');
       const handle = await context.with(trace.setSpan(context.active(), caller), () => engine.start(family, ref, { n: 1 }));
       caller.end();
-      await expect.poll(async () => (await engine.get(handle))?.status, { timeout: 30_000 }).toBe('completed');
-      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-family').length, { timeout: 30_000 }).toBe(2);
+      await expect.poll(async () => (await engine.get(handle))?.status).toBe('completed');
+      await expect.poll(() => byName(exporter.getFinishedSpans(), 'stepkey.run traced-family').length).toBe(2);
 
       const spans = exporter.getFinishedSpans();
       const [parked, woken] = byName(spans, 'stepkey.run traced-family');
@@ -377,7 +377,7 @@ describe('with the SDK registered', () => {
     } finally {
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 
   it("makes a span of each wait step's turn: the park, with what it waits for and until when, and the finding", async () => {
     const engine = testEngine(db(), [waiter]);
@@ -421,7 +421,7 @@ describe('with the SDK registered', () => {
     } finally {
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 
   it("keeps a run started outside any span in one trace: its first execution's, which the later ones continue", async () => {
     const engine = testEngine(db(), [waiter]);
@@ -446,7 +446,7 @@ describe('with the SDK registered', () => {
     } finally {
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 
   it("stores a run's first execution's context in the run's first commit, when engine.run starts it outside any span", async () => {
     const engine = testEngine(db(), [kid]);
@@ -470,21 +470,21 @@ describe('with the SDK registered', () => {
       const caller = tracer().startSpan('caller');
       await context.with(trace.setSpan(context.active(), caller), () => engine.start(waiter, ref, {}));
       caller.end();
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('event');
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind).toBe('event');
       const stored = `00-${caller.spanContext().traceId}-${caller.spanContext().spanId}-01`;
       expect(await storedContext(ref.scope, ref.key)).toBe(stored);
       // Continued from inside another span: linked, still the caller's trace, and the row unchanged.
       const other = tracer().startSpan('other');
       await context.with(trace.setSpan(context.active(), other), () => engine.send(ref, 'approved', { by: 'ada' }, { key: 'approval-1' }));
       other.end();
-      await expect.poll(async () => (await engine.get(ref))?.wait?.kind, { timeout: 30_000 }).toBe('timer');
+      await expect.poll(async () => (await engine.get(ref))?.wait?.kind).toBe('timer');
       expect(await storedContext(ref.scope, ref.key)).toBe(stored);
       const runs = byName(exporter.getFinishedSpans(), 'stepkey.run traced-waiter');
       expect(runs.map((span) => span.spanContext().traceId)).toEqual([caller.spanContext().traceId, caller.spanContext().traceId]);
     } finally {
       await engine.shutdown();
     }
-  }, 120_000);
+  });
 });
 
 function keyOfStep(info: Awaited<ReturnType<ReturnType<typeof testEngine>['get']>>, name: string): string {

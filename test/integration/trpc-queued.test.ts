@@ -21,6 +21,7 @@ import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS } from '../helpers/patience.js';
 import { listen } from '../helpers/trpc-app.js';
 
 const db = useTestDatabase();
@@ -44,7 +45,8 @@ const report = defineWorkflow({
   version: 1,
   input: z.object({ month: z.string(), gate: z.string().optional() }),
   output: z.object({ month: z.string(), rows: z.number() }),
-  steps: { build: step('build-report.v1') },
+  // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
+  steps: { build: step('build-report.v1', { timeoutMs: LONG_LEASE_MS }) },
   async run({ input, steps, ctx }) {
     await steps.build.call(async () => {
       executions.set(ctx.key, (executions.get(ctx.key) ?? 0) + 1);
@@ -87,7 +89,7 @@ afterAll(async () => {
 async function holdTheSlot(): Promise<() => void> {
   const name = uniqueKey('holder');
   await engine.enqueue(report, { scope: 'acme', key: name }, { month: 'hold', gate: name }, { queue: reports });
-  await expect.poll(() => executions.get(name) ?? 0, { timeout: 10_000 }).toBe(1);
+  await expect.poll(() => executions.get(name) ?? 0).toBe(1);
   return () => gate(name).open();
 }
 
@@ -118,7 +120,7 @@ describe('a workflow procedure on a queue', () => {
     expect((await post(url, 'report', { month: '2026-12' }, headers)).status).toBe(422);
 
     release();
-    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status).toBe('completed');
     expect(await status(key)).toMatchObject({ status: 'completed', output: { month: '2026-11', rows: 7 } });
     const done = await post(url, 'report', { month: '2026-11' }, headers);
     expect(done.status).toBe(200);
@@ -150,7 +152,7 @@ describe('a workflow procedure on a queue', () => {
     const [entries] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.queue_entries where scope = 'acme' and key = ${key}`;
     expect(entries!.n).toBe(1);
     release();
-    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status).toBe('completed');
     expect(executions.get(key)).toBe(1);
   });
 
@@ -162,7 +164,7 @@ describe('a workflow procedure on a queue', () => {
     expect(started.json).toMatchObject({ result: { data: { key, started: true, queued: true } } });
     expect(await status(key)).toMatchObject({ status: 'waiting', queue: { queue: 'trpc-reports', position: 1 } });
     release();
-    await expect.poll(async () => (await status(key)).status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await status(key)).status).toBe('completed');
   });
 
   it('refuses, when the procedure is defined, a queue the engine does not register (naming it) and a queue option that is no queue', async () => {

@@ -75,7 +75,7 @@ describe('runs that need review, through tRPC', () => {
     expect(await status(key)).toMatchObject({ status: 'needs_review', resumable: false });
     expect(calls).toBe(1);
     await engine.resolve({ scope: 'acme', key }, { step: 'wire.v1', output: { wireId: 'w-checked-by-phone' } });
-    await expect.poll(async () => (await status(key)).status, { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await status(key)).status).toBe('completed');
     const done = await post(url, 'send', { mode: 'hang' }, headers);
     expect(done.status).toBe(200);
     expect(done.headers.get('idempotent-replayed')).toBe('true');

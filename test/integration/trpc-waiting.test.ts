@@ -88,7 +88,7 @@ describe('a workflow procedure whose run waits', () => {
     expect(((await status.json()) as { result: { data: { status: string } } }).result.data.status).toBe('waiting');
 
     await engine.send({ scope: 'acme', key }, 'approved', { by: 'ada' }, { key: 'approval-1' });
-    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.get({ scope: 'acme', key }))?.status).toBe('completed');
     const done = await post(url, 'approve', { doc: 'contract' }, headers);
     expect(done.status).toBe(200);
     expect(done.json).toEqual({ result: { data: { doc: 'contract', approvedBy: 'ada', replayed: true } } });

@@ -102,10 +102,11 @@ describe('claim and replay', () => {
   it('answers a concurrent duplicate 409 with Retry-After while the first still works, and stores nothing for it', async () => {
     const key = uniqueKey('busy');
     const held = gate(key);
+    const entered = counters.create;
     const first = post(url, 'orders.create', { sku: 'busy', quantity: 1, gate: key }, keyed(key));
-    await expect.poll(() => orders('busy'), { timeout: 10_000 }).toBe(0);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    // The first call is parked on its gate: the duplicate can only be answered without waiting for it.
+    // The first call is inside its resolver, parked on its gate: the duplicate can only be answered without waiting for it.
+    await expect.poll(() => counters.create).toBe(entered + 1);
+    expect(await orders('busy')).toBe(0);
     const duplicate = await post(url, 'orders.create', { sku: 'busy', quantity: 1, gate: key }, keyed(key));
     expect(duplicate.status).toBe(409);
     expect(Number(duplicate.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
@@ -196,7 +197,7 @@ describe('claim and replay', () => {
       }),
     );
     // The winner is parked on its gate; all 49 others must come back before it is let go.
-    await expect.poll(() => answered, { timeout: 30_000 }).toBe(49);
+    await expect.poll(() => answered).toBe(49);
     held.open();
     const all = await Promise.all(answers);
     expect(counters.create - before).toBe(1);
@@ -267,7 +268,7 @@ describe('workflow procedures', () => {
     const entered = counters.place;
     const slow = post(url, 'orders.place', { sku: 'slow', quantity: 1, gate: key }, keyed(key));
     // The run's first step is parked on the gate (its start is not even committed yet).
-    await expect.poll(() => counters.place, { timeout: 10_000 }).toBe(entered + 1);
+    await expect.poll(() => counters.place).toBe(entered + 1);
     const busy = await post(url, 'orders.place', { sku: 'slow', quantity: 1, gate: key }, keyed(key));
     expect(busy.status).toBe(409);
     held.open();

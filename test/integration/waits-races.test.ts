@@ -17,6 +17,7 @@ import { childRunKey } from '../../src/workflow/waits/children.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase({ max: 20 });
 
@@ -24,15 +25,19 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Waits until `count` backends of this database wait for a lock in a statement containing `text` (bounded). */
 async function lockWaiters(count: number, text = ''): Promise<void> {
-  for (let i = 0; i < 1_000; i += 1) {
+  const deadline = Date.now() + PATIENCE_MS;
+  while (Date.now() < deadline) {
     const [row] = await db().sql<{ n: number }[]>`
       select count(*)::int as n from pg_stat_activity
        where datname = current_database() and wait_event_type = 'Lock' and strpos(query, ${text}) > 0`;
     if (row!.n >= count) return;
     await pause(10);
   }
-  throw new Error(`never saw ${count} backends waiting for a lock`);
+  throw new Error(`never saw ${count} backends waiting for a lock within ${PATIENCE_MS} ms`);
 }
+
+/** A step the test holds at a gate: no attempt timeout cuts it first, however long a busy host takes. */
+const heldStep = { timeoutMs: LONG_LEASE_MS };
 
 /** Deadlocks Postgres has detected in this database (its statistics lag a moment: poll). */
 const deadlocks = async () =>
@@ -70,7 +75,7 @@ describe('cancel racing a wait', () => {
     name: 'races-parent',
     version: 1,
     input: z.object({}),
-    steps: { first: step('first.v1'), kid: step('kid.v1') },
+    steps: { first: step('first.v1', heldStep), kid: step('kid.v1') },
     async run({ steps }) {
       await steps.first.call(() => new Promise<void>((resolve) => (letGo = resolve)));
       return steps.kid.child(sleeper, {});
@@ -135,7 +140,7 @@ describe('cancel racing a wait', () => {
     expect(await cancelling).toBe(true);
     expect(await status(ref.scope, ref.key)).toBe('cancelled');
     expect(await status(ref.scope, kid)).toBe('cancelled');
-    await expect.poll(deadlocks, { timeout: 5_000 }).toBeGreaterThan(deadlocksBefore);
+    await expect.poll(deadlocks).toBeGreaterThan(deadlocksBefore);
     await engine.shutdown();
   });
 });
@@ -147,7 +152,7 @@ describe('a send racing a wait that is parking', () => {
     version: 1,
     input: z.object({}),
     events: { note: z.object({ n: z.number() }) },
-    steps: { first: step('first.v1'), prep: step('prep.v1'), note: step('note.v1') },
+    steps: { first: step('first.v1', heldStep), prep: step('prep.v1'), note: step('note.v1') },
     async run({ steps }) {
       await steps.first.call(() => new Promise<void>((resolve) => (firstHold = resolve)));
       // A tx step's row commits with the next step: here, with the wait's park.
@@ -248,7 +253,7 @@ describe('a send racing the start of a run', () => {
     version: 1,
     input: z.object({ round: z.number() }),
     events: { note: z.object({ n: z.number() }) },
-    steps: { prep: step('prep.v1'), note: step('note.v1') },
+    steps: { prep: step('prep.v1', heldStep), note: step('note.v1') },
     async run({ input, steps }) {
       if (input.round === 2) await steps.prep.tx(() => new Promise<void>((resolve) => (holdPrep = resolve)));
       const got = await steps.note.waitForEvent('note');
@@ -311,7 +316,7 @@ describe('a child failed by a process that does not register its version', () =>
     name: 'races-kid',
     version: 1,
     input: z.object({}),
-    steps: { work: step('work.v1') },
+    steps: { work: step('work.v1', heldStep) },
     async run({ steps }) {
       await steps.work.call(() => new Promise<void>((resolve) => (letGo = resolve)));
       return 'done';
@@ -381,7 +386,7 @@ describe('a child failed by a process that does not register its version', () =>
     await expect.poll(() => status(ref.scope, ref.key)).toBe('completed');
     expect(await a.run(mom, ref, {})).toBe('done');
     expect(await status(ref.scope, child)).toBe('completed');
-    await expect.poll(deadlocks, { timeout: 5_000 }).toBeGreaterThan(deadlocksBefore);
+    await expect.poll(deadlocks).toBeGreaterThan(deadlocksBefore);
     await a.shutdown();
   });
 });
@@ -394,7 +399,7 @@ describe('an ended child whose parent has not resumed yet', () => {
     name: 'races-parcel',
     version: 1,
     input: z.object({}),
-    steps: { ship: step('ship.v1') },
+    steps: { ship: step('ship.v1', heldStep) },
     async run({ steps }) {
       await steps.ship.call(async () => {
         if (holdFirst) {
@@ -482,7 +487,7 @@ describe('a child started in a transaction that has been open a while', () => {
     name: 'races-held',
     version: 1,
     input: z.object({}),
-    steps: { work: step('work.v1') },
+    steps: { work: step('work.v1', heldStep) },
     async run({ steps }) {
       await steps.work.call(() => new Promise<void>((resolve) => (letGo = resolve)));
       return 'held';
@@ -494,7 +499,7 @@ describe('a child started in a transaction that has been open a while', () => {
     input: z.object({}),
     steps: { slow: step('slow.v1', { output: z.number() }), kid: step('kid.v1') },
     async run({ steps }) {
-      // Longer than a lease, in the transaction that the child's start then commits in.
+      // A while, in the transaction that the child's start then commits in.
       await steps.slow.tx(async (_db, { sql }) => {
         const [row] = await sql<{ at: number }[]>`select pg_sleep(0.6), (extract(epoch from clock_timestamp()) * 1000)::float8 as at`;
         return row!.at;
@@ -505,13 +510,14 @@ describe('a child started in a transaction that has been open a while', () => {
 
   it('gets a whole lease from its start, not one that ran out before it was committed', async () => {
     // No heartbeat meanwhile: the child's lease stays the one its start wrote.
-    const engine = testEngine(db(), [slowParent, held], { leaseMs: 500, heartbeatMs: 600_000 });
+    const engine = testEngine(db(), [slowParent, held], { heartbeatMs: 3_600_000 });
     const ref = { scope: 'acme', key: uniqueKey('slow-parent') };
     await engine.start(slowParent, ref, {});
-    await expect.poll(() => letGo !== undefined, { timeout: 5_000 }).toBe(true);
+    await expect.poll(() => letGo !== undefined).toBe(true);
     const child = (await engine.get(ref))!.wait!.for!;
-    // Counted from the transaction's start, it would have run out before the child's start
-    // committed: any sweeper would take the child from the process that runs it.
+    // Counted from the transaction's start, it would end sooner than a lease after the child's start
+    // committed (a lease shorter than that transaction had run out before the commit: any sweeper
+    // would take the child from the process that runs it).
     const [row] = await db().sql<{ locked_until: number; slow_done: string }[]>`
       select (extract(epoch from c.locked_until) * 1000)::float8 as locked_until, s.outcome as slow_done
         from stepkey.ledger c, stepkey.steps s
@@ -519,7 +525,7 @@ describe('a child started in a transaction that has been open a while', () => {
          and s.scope = ${ref.scope} and s.run_key = ${ref.key} and s.name = 'slow.v1'`;
     expect(row!.locked_until).toBeGreaterThanOrEqual(Number(row!.slow_done) + engine.leaseMs);
     letGo!();
-    await expect.poll(() => status(ref.scope, ref.key), { timeout: 5_000 }).toBe('completed');
+    await expect.poll(() => status(ref.scope, ref.key)).toBe('completed');
     await engine.shutdown();
   });
 });

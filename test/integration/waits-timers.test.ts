@@ -4,6 +4,7 @@
  * restarted; a time already past continues at once; bad input is refused
  * before anything is stored.
  */
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -51,18 +52,17 @@ const nap = defineWorkflow({
   },
 });
 
-/** A sleep until `until` (default: a second), then a step that waits for the test (counting the runs inside it at once). */
+/** A sleep for a second, then a step that waits for the test (counting the runs inside it at once). */
 let inside = 0;
 let most = 0;
 const waiting: (() => void)[] = [];
 const napThenHold = defineWorkflow({
   name: 'timer-nap-hold',
   version: 1,
-  input: z.object({ id: z.string(), until: z.number().optional() }),
+  input: z.object({ id: z.string() }),
   steps: { rest: step('rest.v1'), hold: step('hold.v1') },
-  async run({ input, steps }) {
-    if (input.until === undefined) await steps.rest.sleep(1_000);
-    else await steps.rest.sleepUntil(new Date(input.until));
+  async run({ steps }) {
+    await steps.rest.sleep(1_000);
     await steps.hold.call(async () => {
       inside += 1;
       most = Math.max(most, inside);
@@ -129,7 +129,7 @@ describe('sleep', () => {
     const rescuer = testEngine(db(), [trial]);
     rescuer.clock.advance(HOUR + 1_000);
     expect(await rescuer.sweep()).toBe(1);
-    await expect.poll(async () => (await rescuer.get(ref))?.status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await rescuer.get(ref))?.status).toBe('completed');
     expect(counts.get(`before:${ref.key}`)).toBe(1);
     expect(counts.get(`after:${ref.key}`)).toBe(1);
     const info = (await rescuer.get(ref))!;
@@ -145,27 +145,42 @@ describe('sleep', () => {
     const engine = testEngine(db(), [nap]);
     const ref = { scope: 'acme', key: uniqueKey('nap') };
     await engine.start(nap, ref, { id: ref.key });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000, interval: 20 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status, { interval: 20 }).toBe('completed');
     expect(counts.get(`nap:${ref.key}`)).toBe(1);
+    // It slept (its wake time recorded when it parked), and went on at that time, not before.
+    const [slept] = await db().sql<{ until: string; went_on: number }[]>`
+      select s.outcome::json->>'until' as until, (extract(epoch from a.completed_at) * 1000)::float8 as went_on
+        from stepkey.steps s join stepkey.steps a on a.scope = s.scope and a.run_key = s.run_key and a.name = 'after-nap.v1'
+       where s.scope = ${ref.scope} and s.run_key = ${ref.key} and s.name = 'rest.v1'`;
+    expect(slept!.went_on).toBeGreaterThanOrEqual(Date.parse(slept!.until));
     await engine.shutdown();
   });
 
   it('arms the wake again when the database says the run is not due yet (its clock behind this host’s)', async () => {
     const engine = testEngine(db(), [napThenHold]);
     const ref = { scope: 'acme', key: uniqueKey('nap-skew') };
-    await engine.start(napThenHold, ref, { id: ref.key });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
-    // As if the database's clock ran a second behind: by it, the run is due a second after the timer fires.
-    await db().sql`update stepkey.ledger set wake_at = wake_at + interval '1 second' where scope = ${ref.scope} and key = ${ref.key}`;
-    await expect.poll(async () => (await row(ref)).status, { timeout: 10_000, interval: 20 }).toBe('in_progress');
+    // As if the database's clock ran a second behind: the park stores a wake time a second later than
+    // this host computed, so by the database the run is due a second after the host's timer fires.
+    expect(ref.key).toMatch(/^[\w-]+$/);
+    await db().sql.unsafe(`
+      create function public.skew_wake() returns trigger language plpgsql as $$
+        begin new.wake_at := new.wake_at + interval '1 second'; return new; end $$;
+      create trigger skew_wake before update on stepkey.ledger for each row
+        when (new.key = '${ref.key}' and new.status = 'waiting' and old.status <> 'waiting')
+        execute function public.skew_wake()`);
+    try {
+      await engine.start(napThenHold, ref, { id: ref.key });
+      // Woken by its own timer, armed again (no sweep runs): it reaches the step after its sleep.
+      await expect.poll(() => waiting.length, { interval: 20 }).toBe(1);
+    } finally {
+      await db().sql.unsafe('drop trigger skew_wake on stepkey.ledger; drop function public.skew_wake()');
+    }
     // Not before its (database) time.
     const [late] = await db().sql<{ ms: number }[]>`
       select (extract(epoch from clock_timestamp() - wake_at) * 1000)::float8 as ms from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`;
     expect(late!.ms).toBeGreaterThanOrEqual(0);
-    await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBe(1);
     waiting.shift()!();
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     await engine.shutdown();
   });
 
@@ -174,21 +189,25 @@ describe('sleep', () => {
     most = 0;
     const engine = testEngine(db(), [napThenHold], { maxConcurrentRuns: 2 });
     const refs = Array.from({ length: 6 }, () => ({ scope: 'acme', key: uniqueKey('nap-room') }));
-    const until = Date.now() + 1_500;
-    for (const ref of refs) await engine.start(napThenHold, ref, { id: ref.key, until });
-    for (const ref of refs) await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
-    // All six come due at the same instant: two are taken, four stay parked.
-    await expect.poll(() => inside, { timeout: 10_000, interval: 20 }).toBe(2);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    for (const ref of refs) await engine.start(napThenHold, ref, { id: ref.key });
+    // Each parks and comes due a second later. The first two woken hold their step until the test
+    // lets them go: every later wake finds no room, and its run stays parked.
+    await expect.poll(() => inside, { interval: 20 }).toBe(2);
+    const parked = async () => (await Promise.all(refs.map(row))).filter((r) => r.status === 'waiting');
+    await expect.poll(async () => (await parked()).length, { interval: 20 }).toBe(4);
+    // Past the last wake time: this process's timers fire in the order they are due, so each of the
+    // four has fired (and found no room) by the time this one has.
+    const lastWake = Math.max(...(await parked()).map((r) => r.wake_at as number));
+    await sleep(Math.max(0, lastWake - Date.now()) + 100);
     expect(engine.activeRuns).toBe(2);
-    const statuses = await Promise.all(refs.map(async (ref) => (await row(ref)).status));
-    expect(statuses.filter((status) => status === 'waiting')).toHaveLength(4);
+    expect(inside).toBe(2);
+    expect(await parked()).toHaveLength(4);
     engine.startSweeper();
     for (let released = 0; released < refs.length; released += 1) {
-      await expect.poll(() => waiting.length, { timeout: 10_000, interval: 20 }).toBeGreaterThan(0);
+      await expect.poll(() => waiting.length, { interval: 20 }).toBeGreaterThan(0);
       waiting.shift()!();
     }
-    for (const ref of refs) await expect.poll(async () => (await row(ref)).status, { timeout: 10_000 }).toBe('completed');
+    for (const ref of refs) await expect.poll(async () => (await row(ref)).status).toBe('completed');
     expect(most).toBe(2);
     await engine.shutdown();
   });
@@ -197,10 +216,11 @@ describe('sleep', () => {
     const engine = testEngine(db(), [nap], { queues: [napQueue] });
     const ref = { scope: 'acme', key: uniqueKey('nap-queued') };
     const handle = await engine.enqueue(nap, ref, { id: ref.key }, { queue: napQueue });
-    await expect.poll(async () => (await row(ref)).wait_kind, { timeout: 5_000, interval: 10 }).toBe('timer');
     // Parked on its sleep, it gave its slot back: only the queue's dispatch may start it again.
+    await expect.poll(async () => (await row(ref)).status, { interval: 20 }).toBe('completed');
     await expect(handle.result()).resolves.toBe('rested');
     expect(counts.get(`nap:${ref.key}`)).toBe(1);
+    expect((await engine.get(ref))!.steps.map((s) => s.name)).toEqual(['rest.v1', 'after-nap.v1']);
     await engine.shutdown();
   });
 
@@ -211,7 +231,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     // As if the woken execution died before the sleep's record committed: back in progress, lease
     // run out, the sleep and what followed not recorded — the wait still on the row.
     await db().sql`delete from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key} and name in ('cooldown.v1', 'after.v1')`;
@@ -219,7 +239,7 @@ describe('sleep', () => {
                       expires_at = null, lease_token = gen_random_uuid(), locked_until = now()
                     where scope = ${ref.scope} and key = ${ref.key}`;
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     const info = (await engine.get(ref))!;
     expect(JSON.parse(info.steps.find((s) => s.name === 'cooldown.v1')!.output!)).toEqual({ until: new Date(wakeAt).toISOString() });
     // A replay never waits.
@@ -235,7 +255,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('completed');
+    await expect.poll(async () => (await row(ref)).status).toBe('completed');
     // The sleep's record, the tx step's row and record, and the run's completion: one transaction.
     const rows = await db().sql<{ name: string | null; xid: string }[]>`
       select name, xmin::text as xid from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}
@@ -257,7 +277,7 @@ describe('sleep', () => {
     const wakeAt = (await row(ref)).wake_at as number;
     engine.clock.advance(HOUR + 1_000);
     expect(await engine.sweep()).toBe(1);
-    await expect.poll(async () => (await row(ref)).status, { timeout: 5_000 }).toBe('failed');
+    await expect.poll(async () => (await row(ref)).status).toBe('failed');
     // The sleep is over for good: a resume (after a queue's requeue, say, which forgets the wait) never sleeps again.
     const info = (await engine.get(ref))!;
     expect(info.steps.map((s) => s.name)).toEqual(['rest.v1']);

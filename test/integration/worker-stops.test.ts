@@ -14,6 +14,7 @@ import { runWorker } from '../../src/worker/run-worker.js';
 import { appModule } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 
@@ -41,7 +42,7 @@ describe('a worker whose graphile-worker stops by itself', () => {
       purgeSchedule: false,
       onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`),
     });
-    await expect.poll(listeners, { timeout: 5_000 }).toBe(1);
+    await expect.poll(listeners).toBe(1);
     await announceBreakingMigration();
     await expect(worker.closed).rejects.toMatchObject({ message: expect.stringMatching(/stopped by itself/) });
     expect(errors).toContainEqual(expect.stringMatching(/^graphile-worker: graphile-worker's pool pool-\w+ stopped by itself/));
@@ -57,10 +58,10 @@ describe('a worker whose graphile-worker stops by itself', () => {
       env: { STEPKEY_LEASE_MS: '2000', DATABASE_URL: undefined },
     });
     try {
-      await child.waitFor(/stepkey worker pool \S+ running/);
-      await expect.poll(listeners, { timeout: 5_000 }).toBe(1);
+      await child.waitFor(/stepkey worker pool \S+ running/, PATIENCE_MS);
+      await expect.poll(listeners).toBe(1);
       await announceBreakingMigration();
-      const exited = await Promise.race([child.exited, sleep(10_000).then(() => 'still running')]);
+      const exited = await Promise.race([child.exited, sleep(PATIENCE_MS).then(() => 'still running')]);
       expect(exited, child.output()).toEqual({ code: 1, signal: null });
       expect(child.output()).toMatch(/stopped by itself/);
     } finally {
@@ -92,31 +93,39 @@ describe('a start that fails after graphile-worker started', () => {
 
 describe('stop()', () => {
   it('aborts the jobs still running after shutdownTimeoutMs', async () => {
-    let aborted: boolean | undefined;
-    let started = false;
-    const patient = defineEffect({
-      name: 'test.patient',
-      payload: z.object({}),
-      async handler(_payload, { signal }) {
-        started = true;
-        // graphile-worker's own default would abort after 5 s: the test would see the 3 s timer first.
-        aborted = await Promise.race([
-          new Promise<boolean>((resolve) => signal.addEventListener('abort', () => resolve(true))),
-          sleep(3_000).then(() => false),
-        ]);
-      },
-    });
-    const worker = await runWorker({
-      database: db(),
-      effects: [patient],
-      concurrency: 1,
-      shutdownTimeoutMs: 300,
-      purgeSchedule: false,
-      onError: () => {},
-    });
-    await enqueueEffect(db().sql, patient, {}, { scope: 'acme', key: uniqueKey('patient') });
-    await expect.poll(() => started, { timeout: 10_000 }).toBe(true);
-    await worker.stop();
-    expect(aborted).toBe(true);
+    // Two workers stopped together, each with a job that runs until it is aborted: the one whose
+    // shutdownTimeoutMs is 300 ms aborts its job while the other's, stopped first and given ten
+    // minutes, is not aborted yet — so the abort comes from shutdownTimeoutMs, not from
+    // graphile-worker's own 5 s (which would have aborted the one stopped first first).
+    const signals = new Map<string, AbortSignal>();
+    const finishGiven = new Map<string, () => void>();
+    const held = (name: string) =>
+      defineEffect({
+        name,
+        payload: z.object({}),
+        async handler(_payload, { signal }) {
+          signals.set(name, signal);
+          await new Promise<void>((resolve) => {
+            signal.addEventListener('abort', () => resolve());
+            finishGiven.set(name, resolve);
+          });
+        },
+      });
+    const quick = held('test.held-quick');
+    const slow = held('test.held-slow');
+    const start = (effect: typeof quick, shutdownTimeoutMs: number) =>
+      runWorker({ database: db(), effects: [effect], concurrency: 1, shutdownTimeoutMs, leaseMs: LONG_LEASE_MS, purgeSchedule: false, onError: () => {} });
+    const patientWorker = await start(slow, 600_000);
+    const quickWorker = await start(quick, 300);
+    await enqueueEffect(db().sql, slow, {}, { scope: 'acme', key: uniqueKey('held-slow') });
+    await enqueueEffect(db().sql, quick, {}, { scope: 'acme', key: uniqueKey('held-quick') });
+    await expect.poll(() => signals.size).toBe(2);
+    const patientStopped = patientWorker.stop();
+    await quickWorker.stop();
+    expect(signals.get('test.held-quick')!.aborted).toBe(true);
+    expect(signals.get('test.held-slow')!.aborted).toBe(false);
+    finishGiven.get('test.held-slow')!();
+    await patientStopped;
+    expect(signals.get('test.held-slow')!.aborted).toBe(false);
   });
 });

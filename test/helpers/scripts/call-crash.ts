@@ -14,6 +14,7 @@ import { connect } from '../../../src/db/connect.js';
 import { createEngine } from '../../../src/workflow/engine.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
 import { charge, findCharge } from '../../../workflows/payments/client.js';
+import { PATIENCE_MS } from '../patience.js';
 
 export const MERCHANT = 'call-crash-shop';
 export const variants = ['plain', 'reconcile', 'once'] as const;
@@ -28,7 +29,7 @@ export function callCrash(paymentsUrl: string, variant: Variant) {
       charge: step('charge.v1', {
         output: z.object({ paymentId: z.string() }),
         retry: { attempts: 5, initialDelayMs: 50 },
-        timeoutMs: 5_000,
+        timeoutMs: PATIENCE_MS,
         ...(variant === 'reconcile'
           ? {
               reconcile: async ({ key, signal }) => {

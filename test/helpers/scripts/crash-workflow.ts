@@ -15,6 +15,7 @@ import { connect } from '../../../src/db/connect.js';
 import { createEngine } from '../../../src/workflow/engine.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
 import { charge } from '../../../workflows/payments/client.js';
+import { PATIENCE_MS } from '../patience.js';
 
 export const MERCHANT = 'crash-shop';
 
@@ -28,7 +29,7 @@ export function crashOrder(paymentsUrl: string) {
       charge: step('charge.v1', {
         output: z.object({ paymentId: z.string() }),
         retry: { attempts: 10, initialDelayMs: 50 },
-        timeoutMs: 5_000,
+        timeoutMs: PATIENCE_MS,
       }),
       ship: step('ship.v1', { output: z.object({ shipment: z.string() }) }),
     },

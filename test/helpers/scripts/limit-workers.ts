@@ -6,7 +6,7 @@
  * sweeps until killed (prints READY), and starts runs <prefix>-<from> … <to>-1
  * of workflow <kind> at <per-second> (prints STARTED). Kinds:
  *
- *   rate    one tx step under a 50-per-second limit, recording its start in limit_e2e
+ *   rate    one tx step under a 50-per-second limit, recording when it was granted in limit_e2e
  *   conc    one call step under a limit of 3 at once, recording its interval in flow_intervals
  *   crash   one tx step under a limit of 2 at once that records itself and takes 400 ms
  *           (prints HOLD <key> inside it)
@@ -19,7 +19,12 @@ import { createEngine } from '../../../src/workflow/engine.js';
 import { recordEnd, recordStart } from '../flow.js';
 
 export const RATE = { limit: 50, periodMs: 1_000 };
-export const rateLimit = defineLimit({ name: 'e2e-rate', rateLimit: RATE });
+/**
+ * With slots too — a thousand, never the bound — so that each grant's time is on record (its slot's
+ * granted_at, written by the statement that took the token): a step records when it was granted,
+ * however long a busy host takes from the grant to the step.
+ */
+export const rateLimit = defineLimit({ name: 'e2e-rate', rateLimit: RATE, concurrency: 1_000 });
 export const concLimit = defineLimit({ name: 'e2e-conc', concurrency: 3 });
 export const crashLimit = defineLimit({ name: 'e2e-crash', concurrency: 2 });
 
@@ -32,7 +37,12 @@ export const rated = defineWorkflow({
   steps: { call: step('rated-call.v1', { limit: rateLimit }) },
   async run({ steps, ctx }) {
     await steps.call.tx(async (_db, { sql }) => {
-      await sql`insert into limit_e2e (run, pid, at) values (${ctx.key}, ${process.pid}, clock_timestamp())`;
+      const [row] = await sql`
+        insert into limit_e2e (run, pid, at)
+        select ${ctx.key}, ${process.pid}, granted_at from stepkey.limit_slots
+         where scope = ${ctx.scope} and key = ${ctx.key} and limit_name = 'e2e-rate'
+        returning 1`;
+      if (!row) throw new Error(`run '${ctx.key}' holds no grant of e2e-rate`);
     });
     return 'done';
   },

@@ -5,17 +5,25 @@
  *   node --import tsx wait-workflows.ts order <db> <scope> <key>           runs an order whose step waits on a child run
  *   node --import tsx wait-workflows.ts sweep <db>                         sweeps (expired and due runs) until killed
  *
- * Every step writes a row to wait_effects (run root, step), so a test counts
- * what ran. Fault points arrive in STEPKEY_FAULTS; lease and sweep interval
- * in STEPKEY_LEASE_MS and STEPKEY_SWEEP_INTERVAL_MS.
+ * Every step writes a row to wait_effects (run root, step, stepkey's time, the
+ * process's pid), so a test counts what ran, and where. Fault points arrive in
+ * STEPKEY_FAULTS; lease and sweep interval in STEPKEY_LEASE_MS and
+ * STEPKEY_SWEEP_INTERVAL_MS; WAIT_CLOCK_OFFSET_MS moves the process's clock
+ * ahead (a sweeper for whom hours have passed).
  */
 import { z } from 'zod';
+import { Clock } from '../../../src/db/clock.js';
 import { connect } from '../../../src/db/connect.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
 import { createEngine } from '../../../src/workflow/engine.js';
 
+const clock = new Clock();
+clock.advance(Number(process.env.WAIT_CLOCK_OFFSET_MS ?? 0));
+
 const effect = (name: string) => async (_db: unknown, { sql }: { sql: import('../../../src/db/transaction.js').TxSql }, root: string) => {
-  await sql`insert into wait_effects (run_key, step, at) values (${root}, ${name}, clock_timestamp())`;
+  await sql`
+    insert into wait_effects (run_key, step, at, pid)
+    values (${root}, ${name}, clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond', ${process.pid})`;
 };
 
 export const nap = defineWorkflow({
@@ -57,7 +65,7 @@ export const order = defineWorkflow({
 async function main(): Promise<void> {
   const [mode, url, scope, ...rest] = process.argv.slice(2) as [string, string, string, ...string[]];
   const database = connect(url, { max: 6 });
-  const engine = createEngine({ database, workflows: [nap, parcel, order], onError: () => {} });
+  const engine = createEngine({ database, workflows: [nap, parcel, order], clock, onError: () => {} });
   if (mode === 'start') {
     const [napMs, ...keys] = rest;
     for (const key of keys) await engine.start(nap, { scope, key }, { napMs: Number(napMs) });

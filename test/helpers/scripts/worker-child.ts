@@ -13,6 +13,7 @@ import { deliverHttp } from '../../../src/outbox/deliver-http.js';
 import { defineEffect } from '../../../src/outbox/effect.js';
 import { runWorker } from '../../../src/worker/run-worker.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
+import { PATIENCE_MS } from '../patience.js';
 
 export const recordEffect = defineEffect({
   name: 'test.record',
@@ -28,7 +29,7 @@ export function webhookEffect(receiverUrl: string) {
     name: 'test.webhook',
     payload: z.object({ event: z.string() }),
     async handler(payload, { key, signal }) {
-      await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: 5_000 });
+      await deliverHttp(receiverUrl, payload, { key, signal, timeoutMs: PATIENCE_MS });
     },
   });
 }
