@@ -31,6 +31,7 @@ export { silentLogger, type Logger, type LogLevel } from './log/logger.js';
 
 // Database
 export { connect, type Database, type ConnectOptions, type DrizzleTx } from './db/connect.js';
+export { poolHealth, type PoolHealthSnapshot } from './db/pool-health.js';
 export type { TxSql } from './db/transaction.js';
 export { migrate, type MigrateOptions } from './db/migrate.js';
 export { Clock, systemClock } from './db/clock.js';

@@ -9,7 +9,8 @@ import { PgDialect } from 'drizzle-orm/pg-core';
 import type { ExtractTablesWithRelations } from 'drizzle-orm';
 import { registerArrayTypes } from './array-types.js';
 import type { TxSql } from './transaction.js';
-import { connectReportingCleanClose } from './socket.js';
+import { socketsFor } from './socket.js';
+import { newPoolHealth, trackPool } from './pool-health.js';
 
 export type Sql = postgres.Sql;
 /** Anything that runs a query: the pool, a reserved connection or a transaction. */
@@ -43,6 +44,7 @@ function asksForTls(url: string): boolean {
 }
 
 export function connect(url: string, options: ConnectOptions = {}): Database {
+  const health = newPoolHealth();
   const sql = postgres(url, {
     max: options.max ?? 10,
     onnotice: () => {},
@@ -54,10 +56,11 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
     // TLS connections keep the fetch: socket.ts cannot see their startup (see there).
     fetch_types: asksForTls(url),
     // Not in postgres.js's types, but supported: see socket.ts for why.
-    ...({ socket: connectReportingCleanClose } as object),
+    ...({ socket: socketsFor(health) } as object),
     ...(options.onStatement ? { debug: (_connection: number, text: string) => options.onStatement!(text) } : {}),
   });
   registerArrayTypes(sql);
+  trackPool(sql, health);
   // drizzle configures the pool's timestamp parsers once, here.
   const db = drizzle({ client: sql });
   return {

@@ -25,6 +25,7 @@
  * postgres.js's behaviour.)
  */
 import { connect as netConnect, type Socket } from 'node:net';
+import type { PoolHealth } from './pool-health.js';
 
 interface ConnectOptions {
   host: string[];
@@ -62,22 +63,32 @@ function firstReadyForQuery(): (chunk: Buffer) => boolean {
   };
 }
 
-export function connectReportingCleanClose(options: ConnectOptions): Socket {
-  const socket = options.path
-    ? netConnect(options.path)
-    : netConnect(options.port[0] ?? 5432, options.host[0] ?? 'localhost');
-  let established = false;
-  socket.once('connect', () => {
-    established = true;
-  });
-  const startedUp = firstReadyForQuery();
-  const emit = socket.emit.bind(socket) as (event: string | symbol, ...args: unknown[]) => boolean;
-  socket.emit = ((event: string | symbol, ...args: unknown[]) => {
-    if (event === 'close' && established) return emit('close', false);
-    const handled = emit(event, ...args);
-    // postgres.js has handled the startup's ReadyForQuery by now (synchronously, in its data listener).
-    if (event === 'data' && startedUp(args[0] as Buffer)) emit('drain');
-    return handled;
-  }) as Socket['emit'];
-  return socket;
+/** The `socket` option of a pool: a connect function whose sockets behave as described above. */
+export function socketsFor(health: PoolHealth): (options: ConnectOptions) => Socket {
+  return (options) => {
+    const socket = options.path
+      ? netConnect(options.path)
+      : netConnect(options.port[0] ?? 5432, options.host[0] ?? 'localhost');
+    let established = false;
+    let wrote = false;
+    socket.once('connect', () => {
+      established = true;
+    });
+    const startedUp = firstReadyForQuery();
+    const emit = socket.emit.bind(socket) as (event: string | symbol, ...args: unknown[]) => boolean;
+    const write = socket.write.bind(socket) as (...args: unknown[]) => boolean;
+    socket.write = ((...args: unknown[]) => {
+      wrote = true;
+      return write(...args);
+    }) as Socket['write'];
+    socket.emit = ((event: string | symbol, ...args: unknown[]) => {
+      if (event === 'close' && established && !wrote) health.muteConnects += 1;
+      if (event === 'close' && established) return emit('close', false);
+      const handled = emit(event, ...args);
+      // postgres.js has handled the startup's ReadyForQuery by now (synchronously, in its data listener).
+      if (event === 'data' && startedUp(args[0] as Buffer)) emit('drain');
+      return handled;
+    }) as Socket['emit'];
+    return socket;
+  };
 }

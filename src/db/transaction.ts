@@ -14,6 +14,7 @@
 import type postgres from 'postgres';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Sql } from './connect.js';
+import { healthOf, type HeldReservation, type PoolHealth } from './pool-health.js';
 
 /** What the body of a transaction queries with. */
 export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepoint'>;
@@ -110,7 +111,7 @@ function connectionClosed(): Error {
  * set — then rejects its queries still in flight, refuses further ones, and
  * leaves the dead connection to the pool, which has already taken it back.
  */
-export class Transaction {
+export class Transaction implements HeldReservation {
   readonly sql: TxSql;
   /** true once COMMIT has been answered. */
   committed = false;
@@ -127,9 +128,19 @@ export class Transaction {
   /** The last executor wrapped by #checked, and its wrapper. */
   #executor: { raw: NonNullable<TrackedQuery['handler']>; checked: NonNullable<TrackedQuery['handler']> } | undefined;
 
-  private constructor(connection: postgres.ReservedSql) {
+  /** The pool's health record, which counts this transaction among the reservations held until it gives its own back. */
+  readonly #health: PoolHealth;
+
+  private constructor(connection: postgres.ReservedSql, health: PoolHealth) {
     this.#connection = connection;
+    this.#health = health;
+    health.held.add(this);
     this.sql = this.#guarded(connection);
+  }
+
+  /** Whether this transaction is dead and its connection still carries its reservation (nobody can use it). */
+  holdsDeadReservation(): boolean {
+    return this.#dead && this.#internal !== undefined && this.#internal.reserved === this.#reservation;
   }
 
   /**
@@ -141,7 +152,7 @@ export class Transaction {
    */
   static async begin(pool: Sql, options: { statementTimeoutMs?: number; acquireTimeoutMs?: number } = {}): Promise<Transaction> {
     const connection = await reserveWithin(pool, options.acquireTimeoutMs ?? DEFAULT_ACQUIRE_TIMEOUT_MS);
-    const transaction = new Transaction(connection);
+    const transaction = new Transaction(connection, healthOf(pool));
     const onexecute = (internal: PooledConnection) => {
       const other = owners.get(internal);
       owners.set(internal, transaction);
@@ -149,10 +160,11 @@ export class Transaction {
       transaction.#internal = internal;
       transaction.#reservation = internal.reserved;
       if (other && other !== transaction && !other.#released && !other.#dead) {
-        // postgres.js 3.4 handed one connection to two reservations at once (seen when backends are
-        // terminated while connections open): this BEGIN joined the other transaction on the server.
-        // Neither may go on or commit the other's work: both are dead, and the connection is ended,
-        // so that the server rolls back what either wrote and the pool opens a clean one.
+        // postgres.js 3.4 handed one connection to two reservations at once: this BEGIN joined the
+        // other transaction on the server. Neither may go on or commit the other's work: both are
+        // dead, and the connection is ended, so that the server rolls back what either wrote and the
+        // pool opens a clean one.
+        transaction.#health.sharedConnections += 1;
         other.#died();
         transaction.#died();
         queueMicrotask(() => internal.terminate?.());
@@ -224,12 +236,16 @@ export class Transaction {
     if (!this.#open) return;
     this.#open = false;
     this.#checkOurs();
-    if (this.#dead) return;
+    if (this.#dead) {
+      this.#release();
+      return;
+    }
     const release = () => this.#release();
     this.#statement('rollback').then(release, release);
   }
 
   #release(): void {
+    this.#health.held.delete(this);
     this.#released = true;
     this.#inFlight.clear();
     // Released only while it is still ours: postgres.js's release hands the connection object to the
