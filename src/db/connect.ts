@@ -43,6 +43,19 @@ function asksForTls(url: string): boolean {
   return mode !== null && mode !== 'disable' && mode !== 'false';
 }
 
+/**
+ * The startup's `options` parameter (server command-line options: whitespace
+ * only, so none), sized so that a startup message is over 1 KB and postgres.js
+ * sends it at once — which also flushes a write batch a close left stale (see
+ * socket.ts) instead of leaving the slot mute.
+ */
+const STARTUP_PADDING = ' '.repeat(1024);
+
+/** Seconds before a reconnect, after `attempts` failed ones across the pool: 50 ms doubling to 1 s, jittered. */
+export function reconnectDelaySeconds(attempts: number): number {
+  return Math.min(0.05 * 2 ** attempts, 1) * (0.5 + Math.random() / 2);
+}
+
 export function connect(url: string, options: ConnectOptions = {}): Database {
   const health = newPoolHealth();
   const sql = postgres(url, {
@@ -50,7 +63,11 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
     onnotice: () => {},
     idle_timeout: 30,
     connect_timeout: 10,
-    connection: { application_name: options.applicationName ?? 'stepkey' },
+    // postgres.js waits before each reconnect by a count of failed attempts shared by the whole pool,
+    // which an outage drives up (every queued query tries a connection), to up to 20 s: a pool came
+    // back that long after its Postgres did. Once Postgres answers, a connection is back within a second.
+    backoff: reconnectDelaySeconds,
+    connection: { application_name: options.applicationName ?? 'stepkey', options: STARTUP_PADDING },
     // postgres.js would fetch the array types on every new connection, from a promise nobody
     // handles (a backend terminated during that fetch killed the process): see array-types.ts.
     // TLS connections keep the fetch: socket.ts cannot see their startup (see there).

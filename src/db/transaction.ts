@@ -163,11 +163,13 @@ export class Transaction implements HeldReservation {
         // postgres.js 3.4 handed one connection to two reservations at once: this BEGIN joined the
         // other transaction on the server. Neither may go on or commit the other's work: both are
         // dead, and the connection is ended, so that the server rolls back what either wrote and the
-        // pool opens a clean one.
+        // pool opens a clean one. Ended at the next check phase, once this BEGIN has been flushed:
+        // ended with a write batched, postgres.js would keep the batch for the slot's next
+        // connection, which would then never send its startup (see socket.ts).
         transaction.#health.sharedConnections += 1;
         other.#died();
         transaction.#died();
-        queueMicrotask(() => internal.terminate?.());
+        setImmediate(() => internal.terminate?.());
       }
       return true;
     };
