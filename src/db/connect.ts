@@ -11,6 +11,8 @@ import { registerArrayTypes } from './array-types.js';
 import type { TxSql } from './transaction.js';
 import { socketsFor } from './socket.js';
 import { newPoolHealth, trackPool } from './pool-health.js';
+import { configuredLeaseMs } from './lease.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
 
 export type Sql = postgres.Sql;
 /** Anything that runs a query: the pool, a reserved connection or a transaction. */
@@ -32,6 +34,14 @@ export interface ConnectOptions {
   /** Pool size (default 10). */
   max?: number;
   applicationName?: string;
+  /**
+   * How long a session may sit idle inside a transaction before Postgres ends
+   * it, releasing its locks (default: a run's lease, STEPKEY_LEASE_MS or 8 s;
+   * 0 turns the bound off). Keep it at most the lease of the engines that use
+   * the pool: a frozen process then holds others up no longer than a takeover
+   * takes.
+   */
+  idleInTransactionTimeoutMs?: number;
   /** Called with the text of every statement the pool sends (begin and commit included): for counting, in benchmarks. */
   onStatement?: (text: string) => void;
 }
@@ -58,6 +68,13 @@ export function reconnectDelaySeconds(attempts: number): number {
 
 export function connect(url: string, options: ConnectOptions = {}): Database {
   const health = newPoolHealth();
+  const idleInTransactionMs = options.idleInTransactionTimeoutMs ?? configuredLeaseMs();
+  if (!Number.isInteger(idleInTransactionMs) || idleInTransactionMs < 0) {
+    throw new StepkeyError(
+      'invalid_options',
+      `idleInTransactionTimeoutMs must be a whole number of milliseconds ≥ 0 (0: no bound), got ${String(options.idleInTransactionTimeoutMs)}.`,
+    );
+  }
   const sql = postgres(url, {
     max: options.max ?? 10,
     onnotice: () => {},
@@ -67,7 +84,11 @@ export function connect(url: string, options: ConnectOptions = {}): Database {
     // which an outage drives up (every queued query tries a connection), to up to 20 s: a pool came
     // back that long after its Postgres did. Once Postgres answers, a connection is back within a second.
     backoff: reconnectDelaySeconds,
-    connection: { application_name: options.applicationName ?? 'stepkey', options: STARTUP_PADDING },
+    connection: {
+      application_name: options.applicationName ?? 'stepkey',
+      idle_in_transaction_session_timeout: idleInTransactionMs,
+      options: STARTUP_PADDING,
+    },
     // postgres.js would fetch the array types on every new connection, from a promise nobody
     // handles (a backend terminated during that fetch killed the process): see array-types.ts.
     // TLS connections keep the fetch: socket.ts cannot see their startup (see there).

@@ -19,6 +19,7 @@ import type { z } from 'zod';
 import { connect, type Database, type Sql } from '../db/connect.js';
 import { Transaction } from '../db/transaction.js';
 import { type Clock, systemClock } from '../db/clock.js';
+import { DEFAULT_LEASE_MS } from '../db/lease.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { newRootKey, storedRootKey } from '../keys/derive.js';
@@ -174,7 +175,7 @@ export class Engine {
     this.sql = database.sql;
     this.clock = options.clock ?? systemClock;
     this.registry = new WorkflowRegistry(options.workflows ?? []);
-    this.leaseMs = positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), 8_000);
+    this.leaseMs = positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), DEFAULT_LEASE_MS);
     this.retentionMs = positive('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS);
     this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs ?? envNumber('STEPKEY_SWEEP_INTERVAL_MS'), 1_000);
     this.maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 8);

@@ -9,6 +9,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { connect, type Database } from '../../src/db/connect.js';
 import { withDatabase } from './urls.js';
+import { LONG_LEASE_MS } from './patience.js';
 
 export interface TestDatabase extends Database {
   readonly name: string;
@@ -54,7 +55,10 @@ export function useTestDatabase(options: { max?: number } = {}): () => TestDatab
   beforeAll(async () => {
     const created = await createTestDatabase();
     drop = created.drop;
-    database = Object.assign(connect(created.url, { max: testPoolSize(options.max ?? 10) }), { name: created.name });
+    // Its sessions may sit idle in a transaction as long as the test engine's lease: a test holds a
+    // step at a gate for as long as it needs.
+    const pool = connect(created.url, { max: testPoolSize(options.max ?? 10), idleInTransactionTimeoutMs: LONG_LEASE_MS });
+    database = Object.assign(pool, { name: created.name });
   });
   afterAll(async () => {
     await database?.close();

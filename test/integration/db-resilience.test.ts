@@ -2,8 +2,10 @@
  * Connections that go away: a pool recovers once Postgres is back, a backend
  * terminated while a connection is being set up costs the query caught in it
  * and nothing else, transactions on a pool whose backends are terminated at
- * random neither interleave nor hang, and a transaction's handle kept past
- * its end cannot write into the connection's next user.
+ * random neither interleave nor hang, a session left idle inside a
+ * transaction is ended by the server (its locks with it), and a
+ * transaction's handle kept past its end cannot write into the connection's
+ * next user.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
@@ -37,6 +39,36 @@ describe('connections that go away', () => {
       await pool.close();
       await relay.down().catch(() => {});
     }
+  });
+
+  it('a session idle inside a transaction past its bound is ended by the server, and its locks go with it', async () => {
+    await db().sql`create table if not exists idle_locks (id int primary key)`;
+    await db().sql`insert into idle_locks values (1) on conflict do nothing`;
+    const idle = connect(db().url, { max: 1, idleInTransactionTimeoutMs: 200 });
+    const waiter = connect(db().url, { max: 1, idleInTransactionTimeoutMs: 0 });
+    try {
+      expect((await idle.sql`show idle_in_transaction_session_timeout`)[0]!.idle_in_transaction_session_timeout).toBe('200ms');
+      expect((await waiter.sql`show idle_in_transaction_session_timeout`)[0]!.idle_in_transaction_session_timeout).toBe('0');
+      // A holder that stalls inside its transaction (a frozen process) with the row locked.
+      const holding = idle.sql.begin(async (tx) => {
+        await tx`select id from idle_locks where id = 1 for update`;
+        await sleep(PATIENCE_MS);
+      });
+      holding.catch(() => {});
+      await sleep(50);
+      // The waiter gets the row once the server has ended the idle session, however long that takes.
+      const [row] = await waiter.sql<{ id: number }[]>`select id from idle_locks where id = 1 for update`;
+      expect(row!.id).toBe(1);
+      await expect(holding).rejects.toThrow();
+    } finally {
+      await idle.close();
+      await waiter.close();
+    }
+  });
+
+  it('refuses an idle-in-transaction bound that is not a whole number of milliseconds', () => {
+    expect(() => connect(db().url, { idleInTransactionTimeoutMs: -1 })).toThrow(/idleInTransactionTimeoutMs must be a whole number/);
+    expect(() => connect(db().url, { idleInTransactionTimeoutMs: 1.5 })).toThrow(/idleInTransactionTimeoutMs/);
   });
 
   it('a backend terminated in a new connection’s first instants rejects the query caught in it, and the process lives on', async () => {
