@@ -2,6 +2,7 @@
 import { faultKinds, type FaultKind } from './plan.js';
 import type { FaultDone } from './faults.js';
 import type { LoadFigures } from './load.js';
+import type { SenderFinal } from './sender-load.js';
 
 export interface RunFigures {
   seed: number;
@@ -11,6 +12,10 @@ export interface RunFigures {
   /** From the end of the last fault until the app had caught up (undefined: it never did). */
   settleMs: number | undefined;
   totalMs: number;
+  /** What the event sender said when it stopped. */
+  sender: SenderFinal | undefined;
+  /** One line per process fault done. */
+  processFaults: string[];
 }
 
 const sorted = (map: Map<string, number>) => [...map].sort((a, b) => b[1] - a[1]);
@@ -28,6 +33,8 @@ export function printFigures(run: RunFigures): void {
     `HTTP requests   ${requests} (${(requests / Math.max(1, load.keys.length)).toFixed(2)} per key)`,
     `statuses        ${sorted(load.statuses).map(([status, n]) => `${status}: ${n}`).join(', ')}`,
     `faults          ${[...byKind].map(([kind, n]) => `${kind}: ${n}`).join(', ')}`,
+    `process faults  ${run.processFaults.length} (${run.processFaults.map((line) => line.split(':')[0]).join('; ')})`,
+    `event sender    ${run.sender ? `${run.sender.answered} of ${run.sender.total} sends answered; refused meanwhile: ${JSON.stringify(run.sender.refusals)}; pool: ${JSON.stringify(run.sender.health)}` : 'said nothing'}`,
     `settle time     ${run.settleMs === undefined ? 'did not settle' : `${(run.settleMs / 1000).toFixed(1)} s after the last fault`}`,
     `total time      ${(run.totalMs / 1000).toFixed(0)} s`,
   ];

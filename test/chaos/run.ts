@@ -24,6 +24,7 @@ import { processAlive } from '../../src/embedded/process-alive.js';
 import { startApp } from './app.js';
 import { killGroup, type Child } from './child.js';
 import { startCluster } from './cluster.js';
+import { startChild } from './child.js';
 import { inject, type FaultDone } from './faults.js';
 import { checkKeys, keyFailures, readTotals, settled } from './invariants.js';
 import { startLoad } from './load.js';
@@ -31,6 +32,9 @@ import { describeFault, planFaults } from './plan.js';
 import { freshSeed, prng } from './prng.js';
 import { leftovers } from './processes.js';
 import { printFigures } from './report.js';
+import { describeProcessFault, freeze, planProcessFaults, startHog, type ProcessFault } from './process-faults.js';
+import { EVENTS_PER_RUN, SENDER_RUNS, type SenderFinal } from './sender-load.js';
+import { senderFailures } from './sender-checks.js';
 
 const projectRoot = fileURLToPath(new URL('../..', import.meta.url));
 const arg = (name: string) => {
@@ -44,7 +48,7 @@ const clients = Number(arg('clients') ?? 6);
 const keep = process.argv.includes('--keep');
 /** The app has at least this long after the last fault before the checks, and at most `settleCapMs`. */
 const settleMinMs = 30_000;
-const settleCapMs = 60_000;
+const settleCapMs = 120_000;
 
 const log = (message: string) => console.log(`chaos: ${message}`);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -58,6 +62,9 @@ log(`seed ${seed} (replay: npm run chaos -- --seed ${seed})`);
 const random = prng(seed);
 const plan = planFaults(random, faultWindowMs);
 log(`fault plan over ${faultWindowMs / 1000} s: ${plan.map(describeFault).join('; ')}`);
+// The process faults draw from a stream of their own: the seed replays the same database faults as before they existed.
+const processPlan = planProcessFaults(prng(seed ^ 0x5bd1e995), faultWindowMs, plan);
+log(`process faults: ${processPlan.map(describeProcessFault).join('; ')}`);
 
 const dir = mkdtempSync(join(tmpdir(), 'stepkey-chaos-'));
 // As root, PostgreSQL runs as the OS user postgres, which must enter this folder.
@@ -74,6 +81,56 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   });
 }
 
+const api = (services: Child[]) => services.find((service) => service.name === 'api')!;
+
+/**
+ * Does the process faults at their times, beside the database faults. A freeze
+ * must not stop the app: work that was queued or due (the sender's events, the
+ * frozen API's runs taken over) goes on meanwhile — counted as runs completed
+ * and events consumed, read before and after.
+ */
+async function runProcessFaults(faults: ProcessFault[], began: number, databaseUrl: string, apiPid: number): Promise<string[]> {
+  const report: string[] = [];
+  const { sql, close } = connect(databaseUrl, { max: 1, applicationName: 'chaos-checker' });
+  const progress = async () => {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        const [row] = await sql<{ n: number }[]>`
+          select (select count(*) from stepkey.ledger where status = 'completed')
+               + (select count(*) from stepkey.mailbox where consumed_by is not null) as n`;
+        return Number(row!.n);
+      } catch (error) {
+        if (attempt >= 60) throw error;
+        await sleep(1_000);
+      }
+    }
+  };
+  try {
+    await Promise.all(
+      faults.map(async (fault) => {
+        await sleep(began + fault.atMs - Date.now());
+        if (fault.kind === 'hog') {
+          const hog = startHog();
+          await sleep(fault.holdMs);
+          hog.stop();
+          report.push(`${describeProcessFault(fault)}: busy loops ${hog.pids.join(', ')} ran and were stopped`);
+          return;
+        }
+        const before = await progress();
+        await freeze(apiPid, fault.holdMs);
+        const after = await progress();
+        report.push(`${describeProcessFault(fault)}: ${after - before} runs completed and events consumed meanwhile`);
+        if (after <= before) failures.push(`nothing went on while the API was frozen for ${fault.holdMs} ms (${describeProcessFault(fault)})`);
+      }),
+    );
+  } catch (error) {
+    failures.push(`a process fault could not be done: ${(error as Error).message}`);
+  } finally {
+    await close();
+  }
+  return report;
+}
+
 async function main(): Promise<number> {
   const cluster = await startCluster(join(dir, 'pg'), projectRoot, began);
   children.push(cluster.owner);
@@ -81,6 +138,15 @@ async function main(): Promise<number> {
   const app = await startApp(cluster.url, dir, projectRoot, began);
   children.push(...app.services);
   log(`${since()} the shop is up: API ${app.apiUrl}, payments ${app.paymentsUrl}; ${app.services.map((s) => `${s.name} ${s.pid}`).join(', ')}`);
+  const sender = startChild('sender', 'test/chaos/sender.ts', {
+    cwd: projectRoot,
+    env: { CHAOS_DATABASE_URL: app.databaseUrl, CHAOS_SEND_WINDOW_MS: String(faultWindowMs) },
+    logFile: join(dir, 'sender.log'),
+    began,
+  });
+  children.push(sender);
+  await sender.line(/^READY$/, 120_000);
+  log(`${since()} the event sender is up (pid ${sender.pid}): ${SENDER_RUNS} runs waiting for ${EVENTS_PER_RUN} events each`);
   for (const child of children) {
     void child.exited.then((exit) => {
       if (!exit.asked) failures.push(`${child.name} (pid ${child.pid}) died at ${(exit.atMs / 1000).toFixed(1)} s (code ${exit.code}, signal ${exit.signal}): ${child.tail().slice(-3).join(' | ')}`);
@@ -90,6 +156,7 @@ async function main(): Promise<number> {
   let deadline = Number.POSITIVE_INFINITY;
   const load = startLoad({ apiUrl: app.apiUrl, clients, seed, deadline: () => deadline });
   const faultsBegan = Date.now();
+  const processFaults = runProcessFaults(processPlan, faultsBegan, app.databaseUrl, api(app.services).pid);
   const done: FaultDone[] = [];
   for (const fault of plan) {
     await sleep(faultsBegan + fault.atMs - Date.now());
@@ -104,6 +171,7 @@ async function main(): Promise<number> {
       if (fault.kind.startsWith('restart')) break; // Without its database the rest means nothing.
     }
   }
+  const processDone = await processFaults;
   const lastFault = Date.now();
   deadline = lastFault + settleCapMs - 5_000;
   log(`${since()} last fault done; no new keys; waiting for the app to catch up`);
@@ -132,6 +200,13 @@ async function main(): Promise<number> {
   if (figures.leakCount > 0) failures.push(`${figures.leakCount} 5xx answer(s) quoting the driver, SQL or the caller's data, e.g. ${figures.leaks.slice(0, 3).join(' || ')}`);
   if (figures.unavailableWithoutRetryAfter > 0) failures.push(`${figures.unavailableWithoutRetryAfter} 503 answer(s) without Retry-After`);
 
+  // The sender first, which says what it sent and what its pool went through.
+  const finalLine = sender.line(/^FINAL (.*)$/, 60_000);
+  const senderExit = await sender.stop(30_000);
+  const senderFinal = (await finalLine.then((m) => JSON.parse(m[1]!) as SenderFinal).catch(() => undefined));
+  if (senderExit.killed) failures.push(`the sender (pid ${sender.pid}) did not stop on SIGTERM; killed`);
+  failures.push(...(await within(60_000, 'checking the sender', senderFailures(app.databaseUrl, senderFinal))));
+
   // Every process is stopped by its pid, in order: API, worker (finishing its jobs), payments, PostgreSQL.
   for (const service of app.services) {
     const exit = await service.stop(service.name === 'worker' ? 35_000 : 10_000);
@@ -149,8 +224,9 @@ async function main(): Promise<number> {
   for (const process of left) failures.push(`process ${process.pid} (${process.command}, state ${process.state}) left behind`);
   for (const pid of cluster.postmasters) if (processAlive(pid)) failures.push(`postmaster ${pid} still alive`);
 
-  printFigures({ seed, clients, load: figures, faults: done, settleMs, totalMs: Date.now() - began });
+  printFigures({ seed, clients, load: figures, faults: done, settleMs, totalMs: Date.now() - began, sender: senderFinal, processFaults: processDone });
   for (const done_ of done) console.log(`  fault at ${(done_.startedMs / 1000).toFixed(1)} s ${done_.fault.kind}: ${done_.detail}`);
+  for (const line of processDone) console.log(`  ${line}`);
   return failures.length;
 }
 
