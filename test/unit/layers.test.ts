@@ -1,0 +1,89 @@
+/**
+ * The architecture, checked: every folder of src/ sits on a layer, in the
+ * order data flows through stepkey, and no module imports from a layer above
+ * its own (type-only imports included: a reader should find every rule in the
+ * layer that owns it). A run's status is written by the lifecycle module
+ * alone: no other file holds an UPDATE of the ledger that sets a status.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const src = fileURLToPath(new URL('../../src', import.meta.url));
+
+/** Each folder of src/ and its layer: a module may import from its own layer and those below. */
+export const layers: Record<string, number> = {
+  errors: 0,
+  keys: 1,
+  db: 1,
+  faults: 1,
+  log: 1,
+  telemetry: 1,
+  embedded: 1,
+  ledger: 2,
+  lifecycle: 3,
+  workflow: 4,
+  flow: 5,
+  outbox: 5,
+  read: 6,
+  actions: 7,
+  engine: 8,
+  schedules: 8,
+  worker: 9,
+  metrics: 9,
+  trpc: 10,
+  http: 10,
+  cli: 10,
+  dashboard: 10,
+  testing: 10,
+};
+
+function files(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return files(path);
+    return /\.(ts|tsx)$/.test(name) && !name.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+const folderOf = (path: string) => relative(src, path).split(sep)[0]!;
+const imports = (text: string) => [...text.matchAll(/(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'|import\(\s*'(\.[^']+)'\s*\)/g)].map((m) => (m[1] ?? m[2])!);
+
+describe('layers', () => {
+  const all = files(src);
+
+  it('places every folder of src/ on a layer', () => {
+    const folders = new Set(all.map(folderOf).filter((folder) => !folder.endsWith('.ts')));
+    expect([...folders].filter((folder) => layers[folder] === undefined)).toEqual([]);
+  });
+
+  it('imports only from its own layer or below', () => {
+    const upward: string[] = [];
+    for (const file of all) {
+      const from = folderOf(file);
+      if (from.endsWith('.ts')) continue; // src/index.ts: the public surface, above every layer
+      for (const specifier of imports(readFileSync(file, 'utf8'))) {
+        const target = relative(src, join(file, '..', specifier));
+        if (target.startsWith('..')) continue;
+        const to = target.split(sep)[0]!;
+        if (to.endsWith('.js') || to === from) continue;
+        if ((layers[to] ?? Infinity) > (layers[from] ?? -1)) upward.push(`${relative(src, file)} → ${target} (${from} ${layers[from]} → ${to} ${layers[to]})`);
+      }
+    }
+    expect(upward).toEqual([]);
+  });
+
+  it('writes a run’s status only in src/lifecycle', () => {
+    const writers: string[] = [];
+    for (const file of all) {
+      if (folderOf(file) === 'lifecycle') continue;
+      const text = readFileSync(file, 'utf8');
+      // An UPDATE of the ledger whose SET list assigns status (up to the WHERE).
+      for (const m of text.matchAll(/update\s+"?stepkey"?\."?ledger"?[\s\S]*?\bwhere\b/gi)) {
+        if (/\bset\b[\s\S]*\bstatus\s*=/i.test(m[0])) writers.push(relative(src, file));
+      }
+    }
+    expect([...new Set(writers)]).toEqual([]);
+  });
+});
