@@ -21,8 +21,6 @@ export interface PositionalSpec {
 
 export interface CommandSpec {
   name: string;
-  /** One line for `stepkey --help`. */
-  summary: string;
   /** Paragraphs shown by `stepkey <command> --help`. */
   description: string;
   /** Required positional arguments, in order. */

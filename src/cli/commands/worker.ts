@@ -3,7 +3,6 @@
  * sweeper that resumes runs whose process died, the dead-pool unlock and the
  * purge cron, until SIGTERM or SIGINT (then it drains and exits 0).
  */
-import { runWorker } from '../../worker/run-worker.js';
 import { loadAppModule } from '../app-module.js';
 import { positiveIntFlag } from '../args.js';
 import { describeUrl, type Command } from '../context.js';
@@ -12,7 +11,6 @@ import { plural } from '../format.js';
 
 export const workerCommand: Command = {
   name: 'worker',
-  summary: 'consume effects and resume crashed runs until SIGTERM/SIGINT',
   description: `
 Starts a worker for the app module's workflows and effects: graphile-worker
 runs the effect consumers, a sweeper resumes runs whose lease expired, jobs of
@@ -32,6 +30,7 @@ Lease length: STEPKEY_LEASE_MS (default 8000).`,
     const concurrency = positiveIntFlag(parsed.values, 'concurrency', 'worker');
     const url = context.databaseUrl();
     const app = await loadAppModule(context, { required: true });
+    const { runWorker } = await import('../../worker/run-worker.js');
     const worker = await runWorker({
       database: url,
       workflows: app.workflows,
