@@ -9,16 +9,15 @@
  *
  * `--app PATH` names the module; without it, ./stepkey.config.ts (or .js,
  * .mjs) in the working directory is used when present. The same exports on a
- * default-exported object work too. A TypeScript module that Node cannot load
- * by itself is loaded through tsx (an optional peer: the CLI registers
- * `tsx/esm/api` when it is installed, and says to install it when not).
+ * default-exported object work too. How a TypeScript module is loaded:
+ * app-import.ts.
  */
 import { existsSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
 import type { AppMigrations } from '../db/migrate.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Effect } from '../outbox/effect.js';
 import type { Workflow } from '../workflow/define.js';
+import { importAppModule } from './app-import.js';
 import type { CliContext } from './context.js';
 import { CliFailure, UsageError } from './errors.js';
 
@@ -56,7 +55,7 @@ export async function loadAppModule(context: CliContext, options: { required: bo
   }
   let loaded: Record<string, unknown>;
   try {
-    loaded = await importModule(path);
+    loaded = await importAppModule(path, (text) => context.warn(text));
   } catch (error) {
     if (error instanceof CliFailure) throw error;
     throw new CliFailure('app_module', `Could not load the app module '${path}': ${error instanceof Error ? error.message : String(error)}`);
@@ -71,37 +70,6 @@ export async function loadAppModule(context: CliContext, options: { required: bo
     migrations: listOf(pick('migrations'), 'migrations', path, (item): item is AppMigrations =>
       typeof (item as AppMigrations | null)?.folder === 'string'),
   };
-}
-
-const typescriptFile = /\.[cm]?tsx?$/;
-let tsxRegistered = false;
-
-/**
- * Imports the module. A TypeScript file that Node cannot load by itself
- * (Node 20 knows no .ts; later versions strip types but do not map './x.js'
- * to x.ts) is imported again with tsx registered.
- */
-async function importModule(path: string): Promise<Record<string, unknown>> {
-  const href = pathToFileURL(path).href;
-  try {
-    return (await import(href)) as Record<string, unknown>;
-  } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    if (tsxRegistered || !typescriptFile.test(path) || (code !== 'ERR_UNKNOWN_FILE_EXTENSION' && code !== 'ERR_MODULE_NOT_FOUND')) throw error;
-  }
-  let tsx: { register: () => unknown };
-  try {
-    tsx = (await import('tsx/esm/api')) as { register: () => unknown };
-  } catch {
-    throw new CliFailure(
-      'app_module',
-      `The app module '${path}' is TypeScript, and loading it needs tsx: npm install --save-dev tsx (or point --app at compiled JavaScript).`,
-    );
-  }
-  tsx.register();
-  tsxRegistered = true;
-  // A fresh URL: Node keeps the failed load of the plain one.
-  return (await import(`${href}?stepkey-tsx`)) as Record<string, unknown>;
 }
 
 function listOf<T>(value: unknown, name: string, path: string, accept: (item: unknown) => item is T): T[] {

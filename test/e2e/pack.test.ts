@@ -8,8 +8,9 @@
  * marked Idempotent-Replayed, one receipt delivered, the app's migrations in
  * drizzle's journal. And what a careful package must be: `import 'stepkey'`
  * loads no optional peer, the client entry no server package, every source
- * map points at a shipped file, and without tsx the CLI says in one line what
- * to install.
+ * map points at a shipped file, the CLI loads stepkey.config.ts from its
+ * transpile cache (without tsx or esbuild once built), and with neither and no
+ * build it says in one line what to install.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -226,18 +227,26 @@ describe('the packed package in an app of its own, as the README says', () => {
     );
     expect(missing).toEqual([]);
 
-    // Without tsx, the CLI cannot load stepkey.config.ts and says what to do, in one line.
-    renameSync(join(app, 'node_modules', 'tsx'), join(app, 'node_modules', '.tsx-hidden'));
+    // The CLI loaded stepkey.config.ts from its transpile cache: neither tsx nor esbuild is needed once it is built.
+    expect(existsSync(join(app, '.stepkey', 'cli-cache'))).toBe(true);
+    const hidden = ['tsx', 'esbuild'].map((name) => [join(app, 'node_modules', name), join(app, 'node_modules', `.${name}-hidden`)] as const);
+    for (const [from, to] of hidden) renameSync(from, to);
     try {
-      const refused = await run(join(app, 'node_modules', '.bin', 'stepkey'), ['check', '--offline'], { cwd: app, env }).then(
+      const stepkey = join(app, 'node_modules', '.bin', 'stepkey');
+      const cached = await run(stepkey, ['check', '--offline', '--write'], { cwd: app, env });
+      expect(cached.stderr).toBe('');
+      expect(cached.stdout).toMatch(/^Wrote .*stepkey\.manifest\.json \(1 workflow, 1 version, 2 steps, 1 effect\)\.$/m);
+      // With no build to reuse and nothing to transpile with, it says what to install, in one line.
+      rmSync(join(app, '.stepkey', 'cli-cache'), { recursive: true, force: true });
+      const refused = await run(stepkey, ['check', '--offline'], { cwd: app, env }).then(
         () => undefined,
         (error: { code: number; stderr: string }) => error,
       );
       expect(refused?.code).toBe(1);
       expect(refused?.stderr.trim().split('\n')).toHaveLength(1);
-      expect(refused?.stderr).toMatch(/TypeScript, and loading it needs tsx: npm install --save-dev tsx/);
+      expect(refused?.stderr).toMatch(/is TypeScript, and loading it needs esbuild: npm install --save-dev esbuild/);
     } finally {
-      renameSync(join(app, 'node_modules', '.tsx-hidden'), join(app, 'node_modules', 'tsx'));
+      for (const [from, to] of hidden) renameSync(to, from);
     }
   });
 });
