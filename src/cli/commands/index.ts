@@ -20,7 +20,7 @@ export const commands: readonly CommandEntry[] = [
   },
   {
     name: 'worker',
-    summary: 'consume effects and resume crashed runs until SIGTERM/SIGINT',
+    summary: "run the app's effects, schedules and queues, and resume crashed runs, until SIGTERM/SIGINT",
     load: async () => (await import('./worker.js')).workerCommand,
   },
   {
