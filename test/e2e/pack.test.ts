@@ -1,7 +1,8 @@
 /**
- * The package as an app gets it: `npm pack`, then the README's "Use it in
- * your own app" section followed to the letter in a scratch app outside the
- * repository — its install lines (offline, see offline-install.ts), its files,
+ * The package as an app gets it: `npm pack` (the package file the README has
+ * you make in a clone), then the README's "Use it in your own app" section
+ * followed to the letter in a scratch app outside the repository — its
+ * install lines (offline, see offline-install.ts), its files,
  * its commands: a strict type check, drizzle-kit, a development PostgreSQL,
  * `stepkey migrate`, the worker, the API and the client. Then what the README
  * says comes out of it is checked: one order for a key sent twice, a replay
@@ -15,7 +16,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import postgres from 'postgres';
@@ -161,6 +162,10 @@ describe('the packed package in an app of its own, as the README says', () => {
       filename: string;
     }[];
     const tarball = join(scratch, packed[0]!.filename);
+    // Packing again builds nothing: dist/ is a finished build of these sources (its prepack checks).
+    const repack = await run('npm', ['pack', '--dry-run', '--json', '--pack-destination', scratch], { cwd: repo, env, timeout: 2 * PATIENCE_MS });
+    expect(repack.stderr).toContain('dist/ is a build of these sources: packing it as it is.');
+    expect(repack.stderr).not.toMatch(/> stepkey@\S+ build/);
 
     const steps = readmeSection(join(repo, 'README.md'), 'Use it in your own app');
     expect(steps.filter((step) => step.kind === 'sh').length).toBeGreaterThanOrEqual(2);
@@ -174,7 +179,13 @@ describe('the packed package in an app of its own, as the README says', () => {
       const installs = { dependencies: [] as string[], devDependencies: [] as string[] };
       for (const line of step.lines) {
         const install = npmInstall(line);
-        if (install) installs[install.dev ? 'devDependencies' : 'dependencies'].push(...install.specs);
+        // The README installs the package file `npm pack` makes in a clone: the one packed here.
+        const specs = install?.specs.map((spec) => {
+          if (!spec.endsWith('.tgz')) return spec;
+          expect(basename(spec)).toBe(packed[0]!.filename);
+          return 'stepkey';
+        });
+        if (install && specs) installs[install.dev ? 'devDependencies' : 'dependencies'].push(...specs);
         else clientOutput = await runLine(line);
       }
       if (installs.dependencies.length + installs.devDependencies.length > 0) {
