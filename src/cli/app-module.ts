@@ -102,8 +102,9 @@ export function readAppModule(path: string, loaded: Record<string, unknown>): Ap
   delete exported.default;
   const app = { path } as AppModule;
   for (const name of listNames) app[name] = listOf(exported[name], name, path) as never;
+  const runs = runnable(app);
   for (const [name, value] of Object.entries(exported)) {
-    if (!(listNames as string[]).includes(name)) refuseStray(app, name, value);
+    if (!(listNames as string[]).includes(name)) refuseStray(app, runs, name, value);
   }
   return app;
 }
@@ -120,12 +121,25 @@ function listOf(value: unknown, name: ListName, path: string): unknown[] {
   return value;
 }
 
-/** An export outside the lists is the app's own business — unless it holds a definition the lists leave out. */
-function refuseStray(app: AppModule, name: string, value: unknown): void {
+/**
+ * Every definition the lists bring into play: theirs, a schedule's workflow,
+ * and a limit a step names by its definition (the engine registers both).
+ */
+function runnable(app: AppModule): Set<unknown> {
+  const runs = new Set<unknown>(listNames.flatMap((name) => app[name] as unknown[]));
+  for (const schedule of app.schedules) runs.add(schedule.workflow);
+  for (const workflow of [...app.workflows, ...app.schedules.map((schedule) => schedule.workflow)]) {
+    for (const step of Object.values(workflow.steps)) if (step.limitDefinition) runs.add(step.limitDefinition);
+  }
+  return runs;
+}
+
+/** An export outside the lists is the app's own business — unless it holds a definition nothing would run. */
+function refuseStray(app: AppModule, runs: Set<unknown>, name: string, value: unknown): void {
   const items = Array.isArray(value) ? value : [value];
   for (const item of items) {
     const list = listNames.find((candidate) => lists[candidate].kind !== undefined && lists[candidate].kind === kindOf(item));
-    if (list === undefined || (app[list] as unknown[]).includes(item)) continue;
+    if (list === undefined || runs.has(item)) continue;
     const label = `'${(item as { name?: unknown }).name}'`;
     throw new StepkeyError(
       'definition_error',

@@ -110,7 +110,7 @@ export async function transpileGraph(esbuild: EsbuildApi, entry: string, layout:
         build.onResolve({ filter: /.*/ }, async (args) => {
           if (args.kind === 'entry-point' || args.pluginData === fromHere) return undefined;
           if (isBuiltin(args.path)) return { path: args.path, external: true };
-          const bare = !/^(\.|\/|file:)/.test(args.path);
+          const bare = !/^(\.|\/|file:)/.test(args.path) && !isAbsolute(args.path);
           const found = await build.resolve(args.path, { kind: args.kind, resolveDir: args.resolveDir, importer: args.importer, pluginData: fromHere });
           if (found.errors.length > 0 || found.external) {
             // Left to Node, which says what is missing (or a dynamic import's catch handles it).

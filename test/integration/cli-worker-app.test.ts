@@ -133,8 +133,19 @@ describe('an app module that exports what stepkey would not run', () => {
     expect(await pools()).toBe(before);
   });
 
-  it('runs helpers and definitions that are in its lists alongside them', async () => {
-    const path = await module(uniqueKey('fine'), 'export const workflows = app.workflows;\nexport const { ticked, throttled } = app;\nexport const helper = 1;');
+  it('takes helpers, and definitions its lists bring into play (a schedule\'s workflow, a limit a step names by definition)', async () => {
+    const src = (path: string) => JSON.stringify(new URL(`../../src/${path}`, import.meta.url).pathname);
+    const path = await module(
+      uniqueKey('fine'),
+      `import { defineLimit } from ${src('flow/define-limit.js')};
+import { defineWorkflow, step } from ${src('workflow/define.js')};
+export const bank = defineLimit({ name: 'cli-bank', concurrency: 1 });
+const paying = defineWorkflow({ name: 'cli-paying', version: 1, input: app.ticked.input, steps: { pay: step('pay.v1', { limit: bank }) }, async run() { return 1; } });
+export const workflows = [app.throttled, paying];
+export const schedules = app.schedules;
+export const ticked = app.ticked;
+export const helper = (n: number) => n + 1;`,
+    );
     const checked = await cli(['check', '--offline', '--write', '--manifest', join(dir, `${uniqueKey('manifest')}.json`), '--app', path]);
     expect(checked.stderr).toBe('');
     expect(checked.code).toBe(0);
