@@ -33,7 +33,7 @@ export const globalOptions: Readonly<Record<string, OptionSpec>> = {
   app: {
     type: 'string',
     value: 'PATH',
-    description: 'module exporting workflows, effects (and migrations); default ./stepkey.config.ts or .js',
+    description: 'module exporting workflows, effects, schedules, queues, limits, migrations; default ./stepkey.config.ts or .js',
   },
   json: { type: 'boolean', description: 'machine-readable output' },
   help: { type: 'boolean', short: 'h', description: 'show help' },
