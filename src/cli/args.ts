@@ -21,8 +21,6 @@ export interface PositionalSpec {
 
 export interface CommandSpec {
   name: string;
-  /** One line for `stepkey --help`. */
-  summary: string;
   /** Paragraphs shown by `stepkey <command> --help`. */
   description: string;
   /** Required positional arguments, in order. */
@@ -35,7 +33,7 @@ export const globalOptions: Readonly<Record<string, OptionSpec>> = {
   app: {
     type: 'string',
     value: 'PATH',
-    description: 'module exporting workflows, effects (and migrations); default ./stepkey.config.ts or .js',
+    description: 'module exporting workflows, effects, schedules, queues, limits, migrations; default ./stepkey.config.ts or .js',
   },
   json: { type: 'boolean', description: 'machine-readable output' },
   help: { type: 'boolean', short: 'h', description: 'show help' },

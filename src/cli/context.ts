@@ -4,7 +4,8 @@
  * real process uses stdout, stderr, process.env and the working directory.
  */
 import { isAbsolute, resolve } from 'node:path';
-import { connect, type Database } from '../db/connect.js';
+import type { Database } from '../db/connect.js';
+import type { Pool } from '../db/pool.js';
 import type { CommandSpec, ParsedCommand } from './args.js';
 import { UsageError } from './errors.js';
 
@@ -64,8 +65,20 @@ export class CliContext {
     return url;
   }
 
-  /** Opens a small pool for the command and closes it when `work` ends. */
+  /** Opens a small pool for the command (postgres.js alone: no drizzle loaded) and closes it when `work` ends. */
+  async withPool<T>(work: (pool: Pool) => Promise<T>): Promise<T> {
+    const { openPool } = await import('../db/pool.js');
+    const pool = openPool(this.databaseUrl(), { max: 4, applicationName: `stepkey-cli ${this.command}` });
+    try {
+      return await work(pool);
+    } finally {
+      await pool.close();
+    }
+  }
+
+  /** The same with drizzle on the pool, for what runs workflow code (an engine). */
   async withDatabase<T>(work: (database: Database) => Promise<T>): Promise<T> {
+    const { connect } = await import('../db/connect.js');
     const database = connect(this.databaseUrl(), { max: 4, applicationName: `stepkey-cli ${this.command}` });
     try {
       return await work(database);

@@ -7,42 +7,19 @@
  *   node --import tsx src/cli/main.ts <command> [options]
  *
  * `main(argv, io)` is the whole program without the process around it: tests
- * call it with captured writers.
+ * call it with captured writers. Only the command that runs is loaded
+ * (commands/index.ts), and it loads what it needs when it needs it: help and
+ * the commands that read the database load neither graphile-worker nor the
+ * app module.
  */
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { commandHelp, exitCodeHelp, globalOptions, parseCommand, splitCommand, stringFlag, wantsHelp } from './args.js';
-import { cancelCommand } from './commands/cancel.js';
-import { checkCommand } from './commands/check.js';
-import { dashboardCommand } from './commands/dashboard.js';
-import { inspectCommand } from './commands/inspect.js';
-import { jobsCommand } from './commands/jobs.js';
-import { migrateCommand } from './commands/migrate.js';
-import { purgeCommand } from './commands/purge.js';
-import { resumeCommand } from './commands/resume.js';
-import { resolveCommand } from './commands/resolve.js';
-import { rerunCommand } from './commands/rerun.js';
-import { runsCommand } from './commands/runs.js';
-import { queuesCommand } from './commands/queues.js';
-import { workerCommand } from './commands/worker.js';
-import { CliContext, type CliIO, type Command } from './context.js';
+import { commands } from './commands/index.js';
+import { CliContext, type CliIO } from './context.js';
 import { debugText, describeError, ExitCode, UsageError } from './errors.js';
 
-export const commands: readonly Command[] = [
-  migrateCommand,
-  workerCommand,
-  purgeCommand,
-  inspectCommand,
-  runsCommand,
-  queuesCommand,
-  cancelCommand,
-  resumeCommand,
-  resolveCommand,
-  rerunCommand,
-  jobsCommand,
-  checkCommand,
-  dashboardCommand,
-];
+export { commands };
 
 export function overviewHelp(): string {
   const width = Math.max(...commands.map((command) => command.name.length));
@@ -84,14 +61,15 @@ export async function main(argv: readonly string[], io: Partial<CliIO> = {}): Pr
       const topic = name === 'help' ? splitCommand(rest).command : undefined;
       const about = topic === undefined ? undefined : commands.find((command) => command.name === topic);
       if (topic !== undefined && !about) throw new UsageError(`Unknown command '${topic}'.`);
-      if (about) full.stdout(commandHelp(about));
+      if (about) full.stdout(commandHelp(await about.load()));
       else if (name === 'help' || wantsHelp(rest)) full.stdout(overviewHelp());
       else throw new UsageError('Missing command.');
       return ExitCode.ok;
     }
-    const command = commands.find((candidate) => candidate.name === name);
-    if (!command) throw new UsageError(`Unknown command '${name}'.`);
-    commandName = command.name;
+    const entry = commands.find((candidate) => candidate.name === name);
+    if (!entry) throw new UsageError(`Unknown command '${name}'.`);
+    commandName = entry.name;
+    const command = await entry.load();
     if (wantsHelp(rest)) {
       full.stdout(commandHelp(command));
       return ExitCode.ok;

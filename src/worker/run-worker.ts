@@ -27,6 +27,8 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { retryHorizonMs, type Effect } from '../outbox/effect.js';
 import { effectTask } from '../outbox/inbox.js';
 import type { Workflow } from '../workflow/define.js';
+import type { Limit } from '../flow/define-limit.js';
+import type { Queue } from '../flow/define-queue.js';
 import { createEngine, type Engine } from '../workflow/engine.js';
 import { superviseRunners, type RestartBackoff } from './pool-restarts.js';
 import { startPoolRun } from './pool-run.js';
@@ -50,6 +52,10 @@ export interface WorkerOptions {
   inboxRetentionMs?: number;
   /** Schedules whose ticks this worker fires (their workflows are registered with its engine). */
   schedules?: readonly Schedule[];
+  /** Queues whose waiting runs this worker dispatches (see defineQueue); with `engine`, give them to createEngine instead. */
+  queues?: readonly Queue<any>[];
+  /** Step limits the workflows take from (see defineLimit); with `engine`, give them to createEngine instead. */
+  limits?: readonly Limit<any>[];
   /** Cron schedule of the purge (default every minute); false to leave purging to `stepkey purge`. */
   purgeSchedule?: string | false;
   /** Stop on SIGTERM/SIGINT and exit (0 if the stop was clean). Default false. */
@@ -111,11 +117,20 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
       );
     }
   }
+  if (options.engine && (options.queues?.length || options.limits?.length)) {
+    throw new StepkeyError(
+      'invalid_options',
+      'runWorker: queues and limits belong to the engine; with `engine`, pass them to createEngine({ queues, limits }).',
+    );
+  }
   const engine =
     options.engine ??
     createEngine({
       database,
-      workflows: options.workflows ?? [],
+      // A schedule's workflow is registered from the start, so that the limits its steps name are too.
+      workflows: withScheduled(options.workflows ?? [], options.schedules ?? []),
+      ...(options.queues === undefined ? {} : { queues: options.queues }),
+      ...(options.limits === undefined ? {} : { limits: options.limits }),
       clock,
       ...(options.leaseMs === undefined ? {} : { leaseMs: options.leaseMs }),
       ...(options.sweepIntervalMs === undefined ? {} : { sweepIntervalMs: options.sweepIntervalMs }),
@@ -227,4 +242,13 @@ export async function runWorker(options: WorkerOptions): Promise<Worker> {
     stop,
     closed,
   };
+}
+
+function withScheduled(workflows: readonly Workflow[], schedules: readonly Schedule[]): Workflow[] {
+  const all = [...workflows];
+  for (const schedule of schedules) {
+    const workflow = schedule?.kind === 'stepkey.schedule' ? schedule.workflow : undefined;
+    if (workflow && !all.some((known) => known.name === workflow.name && known.version === workflow.version)) all.push(workflow);
+  }
+  return all;
 }

@@ -1,7 +1,8 @@
 /**
  * `npm run bench [name …]`: runs the benchmarks and prints their tables.
  * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs). `workflow-cost`
- * prints the workflow benchmark's per-operation table alone.
+ * prints the workflow benchmark's per-operation table alone; `cli` what each
+ * command of the built CLI costs (BENCH_CLI_REPS repetitions, default 7).
  */
 import { ledgerBench } from './ledger.bench.js';
 import { workflowBench, workflowCostBench } from './workflow.bench.js';
@@ -12,6 +13,7 @@ import { recoveryBench } from './recovery.bench.js';
 import { waitsBench } from './waits.bench.js';
 import { flowBench } from './flow.bench.js';
 import { limitsBench } from './limits.bench.js';
+import { cliBench } from './cli.bench.js';
 
 const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
   ledger: ledgerBench,
@@ -24,6 +26,7 @@ const benches: Record<string, (options: { ops: number; runs: number }) => Promis
   waits: waitsBench,
   flow: flowBench,
   limits: limitsBench,
+  cli: cliBench,
 };
 
 const wanted = process.argv.slice(2);

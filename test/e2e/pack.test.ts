@@ -1,20 +1,22 @@
 /**
- * The package as an app gets it: `npm pack`, then the README's "Use it in
- * your own app" section followed to the letter in a scratch app outside the
- * repository — its install lines (offline, see offline-install.ts), its files,
+ * The package as an app gets it: `npm pack` (the package file the README has
+ * you make in a clone), then the README's "Use it in your own app" section
+ * followed to the letter in a scratch app outside the repository — its
+ * install lines (offline, see offline-install.ts), its files,
  * its commands: a strict type check, drizzle-kit, a development PostgreSQL,
  * `stepkey migrate`, the worker, the API and the client. Then what the README
  * says comes out of it is checked: one order for a key sent twice, a replay
  * marked Idempotent-Replayed, one receipt delivered, the app's migrations in
  * drizzle's journal. And what a careful package must be: `import 'stepkey'`
  * loads no optional peer, the client entry no server package, every source
- * map points at a shipped file, and without tsx the CLI says in one line what
- * to install.
+ * map points at a shipped file, the CLI loads stepkey.config.ts from its
+ * transpile cache (without tsx or esbuild once built), and with neither and no
+ * build it says in one line what to install.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import postgres from 'postgres';
@@ -160,6 +162,10 @@ describe('the packed package in an app of its own, as the README says', () => {
       filename: string;
     }[];
     const tarball = join(scratch, packed[0]!.filename);
+    // Packing again builds nothing: dist/ is a finished build of these sources (its prepack checks).
+    const repack = await run('npm', ['pack', '--dry-run', '--json', '--pack-destination', scratch], { cwd: repo, env, timeout: 2 * PATIENCE_MS });
+    expect(repack.stderr).toContain('dist/ is a build of these sources: packing it as it is.');
+    expect(repack.stderr).not.toMatch(/> stepkey@\S+ build/);
 
     const steps = readmeSection(join(repo, 'README.md'), 'Use it in your own app');
     expect(steps.filter((step) => step.kind === 'sh').length).toBeGreaterThanOrEqual(2);
@@ -173,7 +179,13 @@ describe('the packed package in an app of its own, as the README says', () => {
       const installs = { dependencies: [] as string[], devDependencies: [] as string[] };
       for (const line of step.lines) {
         const install = npmInstall(line);
-        if (install) installs[install.dev ? 'devDependencies' : 'dependencies'].push(...install.specs);
+        // The README installs the package file `npm pack` makes in a clone: the one packed here.
+        const specs = install?.specs.map((spec) => {
+          if (!spec.endsWith('.tgz')) return spec;
+          expect(basename(spec)).toBe(packed[0]!.filename);
+          return 'stepkey';
+        });
+        if (install && specs) installs[install.dev ? 'devDependencies' : 'dependencies'].push(...specs);
         else clientOutput = await runLine(line);
       }
       if (installs.dependencies.length + installs.devDependencies.length > 0) {
@@ -226,18 +238,26 @@ describe('the packed package in an app of its own, as the README says', () => {
     );
     expect(missing).toEqual([]);
 
-    // Without tsx, the CLI cannot load stepkey.config.ts and says what to do, in one line.
-    renameSync(join(app, 'node_modules', 'tsx'), join(app, 'node_modules', '.tsx-hidden'));
+    // The CLI loaded stepkey.config.ts from its transpile cache: neither tsx nor esbuild is needed once it is built.
+    expect(existsSync(join(app, '.stepkey', 'cli-cache'))).toBe(true);
+    const hidden = ['tsx', 'esbuild'].map((name) => [join(app, 'node_modules', name), join(app, 'node_modules', `.${name}-hidden`)] as const);
+    for (const [from, to] of hidden) renameSync(from, to);
     try {
-      const refused = await run(join(app, 'node_modules', '.bin', 'stepkey'), ['check', '--offline'], { cwd: app, env }).then(
+      const stepkey = join(app, 'node_modules', '.bin', 'stepkey');
+      const cached = await run(stepkey, ['check', '--offline', '--write'], { cwd: app, env });
+      expect(cached.stderr).toBe('');
+      expect(cached.stdout).toMatch(/^Wrote .*stepkey\.manifest\.json \(1 workflow, 1 version, 2 steps, 1 effect\)\.$/m);
+      // With no build to reuse and nothing to transpile with, it says what to install, in one line.
+      rmSync(join(app, '.stepkey', 'cli-cache'), { recursive: true, force: true });
+      const refused = await run(stepkey, ['check', '--offline'], { cwd: app, env }).then(
         () => undefined,
         (error: { code: number; stderr: string }) => error,
       );
       expect(refused?.code).toBe(1);
       expect(refused?.stderr.trim().split('\n')).toHaveLength(1);
-      expect(refused?.stderr).toMatch(/TypeScript, and loading it needs tsx: npm install --save-dev tsx/);
+      expect(refused?.stderr).toMatch(/is TypeScript, and loading it needs esbuild: npm install --save-dev esbuild/);
     } finally {
-      renameSync(join(app, 'node_modules', '.tsx-hidden'), join(app, 'node_modules', 'tsx'));
+      for (const [from, to] of hidden) renameSync(to, from);
     }
   });
 });

@@ -27,7 +27,7 @@ export interface CliOptions {
 }
 
 /** Absolute path of a test app module in test/helpers/scripts. */
-export function appModule(name: 'cli-app' | 'cli-app-changed' | 'cli-app-added'): string {
+export function appModule(name: 'cli-app' | 'cli-app-changed' | 'cli-app-added' | 'cli-app-flow'): string {
   return fileURLToPath(new URL(`./scripts/${name}.ts`, import.meta.url));
 }
 

@@ -24,7 +24,7 @@ describe('stepkey worker', () => {
       env: { STEPKEY_LEASE_MS: '2000', DATABASE_URL: undefined },
     });
     try {
-      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, concurrency 2/, PATIENCE_MS);
+      const [, poolId] = await worker.waitFor(/stepkey worker pool (\S+) running on .*: 3 workflow versions, 2 effects, 0 schedules, 0 queues, 0 step limits, concurrency 2/, PATIENCE_MS);
       const pools = await db().sql`select count(*)::int as n from stepkey.worker_pools where pool_id = ${poolId!}`;
       expect(pools[0]!.n).toBe(1);
 

@@ -6,7 +6,6 @@
 import { cancelRunAction } from '../../actions/cancel-run.js';
 import { systemClock } from '../../db/clock.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
-import { DEFAULT_RETENTION_MS } from '../../ledger/ledger.js';
 import { cliActor } from '../actor.js';
 import { requiredFlag, stringFlag } from '../args.js';
 import type { Command } from '../context.js';
@@ -14,7 +13,6 @@ import { CliFailure, ExitCode } from '../errors.js';
 
 export const cancelCommand: Command = {
   name: 'cancel',
-  summary: 'cancel a running, waiting, needs-review or failed run',
   description: `
 Cancels the run with this key in this scope, if it is in progress, waiting,
 needs review, or failed (its retries ran out — an errored run has ended):
@@ -32,7 +30,8 @@ Cancelling a run that already ended, or a key that is not a run, fails (exit 1).
     const scope = requiredFlag(parsed.values, 'scope', 'cancel', "the run's scope");
     const reason = stringFlag(parsed.values, 'reason') ?? 'cancelled';
     const ref = { scope, key };
-    const outcome = await context.withDatabase((database) =>
+    const { DEFAULT_RETENTION_MS } = await import('../../ledger/ledger.js');
+    const outcome = await context.withPool((database) =>
       cancelRunAction(database.sql, systemClock, ref, { reason, retentionMs: DEFAULT_RETENTION_MS, by: cliActor() }).catch((error: unknown) => {
         throw isStepkeyError(error, 'run_not_found') ? new CliFailure('not_found', error.message) : error;
       }),

@@ -15,7 +15,6 @@ import { findOrphans, type Orphans } from '../orphans.js';
 
 export const checkCommand: Command = {
   name: 'check',
-  summary: 'check the step-name contract (manifest) and find runs a deploy would strand',
   description: `
 Builds the manifest of the app module (workflows → versions → step names, and
 effect names) and compares it with the committed manifest file. Adding
@@ -49,7 +48,7 @@ manifest file, check explains how to create one and exits 1.`,
     const diff: ManifestDiff = committed ? diffManifests(committed, current) : { problems: [], additions: [] };
     const orphans =
       context.hasDatabase() && parsed.values.offline !== true
-        ? await context.withDatabase((database) => findOrphans(database.sql, app.workflows, app.effects))
+        ? await context.withPool((database) => findOrphans(database.sql, app.workflows, app.effects))
         : undefined;
     const failures = diff.problems.length + (orphans ? orphans.live + orphans.jobs.length : 0);
     const unchanged = committed !== undefined && serializeManifest(committed) === serializeManifest(current);

@@ -9,7 +9,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { networkInterfaces } from 'node:os';
-import { createDashboard } from '../../dashboard/dashboard.js';
 import { allowedHostName } from '../../dashboard/host-check.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
 import { loadAppModule } from '../app-module.js';
@@ -21,7 +20,6 @@ const loopback = /^(127(\.\d{1,3}){3}|::1|localhost)$/;
 
 export const dashboardCommand: Command = {
   name: 'dashboard',
-  summary: 'serve the web dashboard (127.0.0.1 by default) until SIGTERM/SIGINT',
   description: `
 Serves the dashboard: runs (filtered, paged), each run's steps, a key lookup
 ("was this charged twice?"), the outbox and the workers, following them live,
@@ -63,6 +61,7 @@ also shows declared steps a run has not recorded.`,
     const url = context.databaseUrl();
     const app = await loadAppModule(context, { required: false });
     const basePath = stringFlag(parsed.values, 'base-path') ?? '/';
+    const { createDashboard } = await import('../../dashboard/dashboard.js');
     const dashboard = createDashboard({
       database: url,
       token,

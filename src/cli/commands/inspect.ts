@@ -13,11 +13,10 @@ import { countScopes } from '../../read/sql/keys-across-scopes.js';
 
 export const inspectCommand: Command = {
   name: 'inspect',
-  summary: 'show a run (or request, effect, step) and every key derived from it',
   description: `
 Prints the ledger row of the key (a run, an API request, an effect or a step)
 with its status, attempts, timings and stored outcome, then each derived key:
-the run's steps (and, with the app module, declared steps not recorded yet),
+the run's steps (and, with --app, declared steps not recorded yet),
 or the message an effect key enqueued. Under each derived key it shows
 - rows with that key in any other scope of the database ("downstream", e.g. a
   payment service's ledger keyed by the charge step's key: one row there means
@@ -33,8 +32,9 @@ Exit 1 if the key is not found.`,
   async run(context, parsed) {
     const key = parsed.positionals[0]!;
     const scope = stringFlag(parsed.values, 'scope');
-    const app = await loadAppModule(context, { required: false });
-    const inspection = await context.withDatabase(async (database) => {
+    // Only when asked for: reading the database should not wait for the app to load.
+    const app = context.flags.app === undefined ? undefined : await loadAppModule(context, { required: true });
+    const inspection = await context.withPool(async (database) => {
       const found = await readKeyTree(database.sql, { key, scope }, app?.workflows ?? []);
       if (found.matches.length === 0) {
         const where = scope !== undefined ? `in scope '${scope}'` : `in any of the ${plural(await countScopes(database.sql), 'scope')}`;

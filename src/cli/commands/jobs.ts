@@ -17,7 +17,6 @@ const statuses = ['failed', 'retrying', 'pending', 'running'] as const;
 
 export const jobsCommand: Command = {
   name: 'jobs',
-  summary: 'list outbox jobs (failed first); --retry runs failed ones again',
   description: `
 Lists the jobs waiting in graphile-worker: failed for good (attempts used up,
 or a permanent error such as a 4xx from a webhook), retrying (failed at least
@@ -43,14 +42,14 @@ by a running worker).`,
       if (ids.length === 0 || ids.some((id) => !/^\d+$/.test(id))) {
         throw new UsageError(`--retry takes job ids such as 12,13, not '${retry}'.`, 'jobs');
       }
-      const { retried, missed } = await context.withDatabase((database) => retryJobsAction(database.sql, systemClock, ids, cliActor()));
+      const { retried, missed } = await context.withPool((database) => retryJobsAction(database.sql, systemClock, ids, cliActor()));
       if (context.json) context.printJson({ retried, missed });
       else context.line(`Retried ${plural(retried.length, 'job')}${retried.length ? `: ${retried.join(', ')}` : ''}.`);
       if (missed.length) throw new CliFailure('not_retried', `Not retried (unknown or locked): ${missed.join(', ')}.`);
       return ExitCode.ok;
     }
     const limit = positiveIntFlag(parsed.values, 'limit', 'jobs') ?? 100;
-    const jobs = await context.withDatabase((database) =>
+    const jobs = await context.withPool((database) =>
       listJobs(database.sql, { ...(status ? { status: status as JobRow['status'] } : {}), limit }),
     );
     if (context.json) {

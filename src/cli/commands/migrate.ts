@@ -3,14 +3,12 @@
  * app module's own (its `migrations` export) under one advisory lock.
  * Idempotent: what is applied already is skipped.
  */
-import { migrate } from '../../db/migrate.js';
 import { loadAppModule } from '../app-module.js';
 import { describeUrl, type Command } from '../context.js';
 import { ExitCode } from '../errors.js';
 
 export const migrateCommand: Command = {
   name: 'migrate',
-  summary: "apply stepkey's, graphile-worker's and the app's migrations",
   description: `
 Applies stepkey's own migrations, graphile-worker's schema and, if the app
 module exports \`migrations\` (an array of { folder, schema?, table? } drizzle-kit
@@ -25,6 +23,7 @@ wait for each other; running it again applies nothing new.`,
     const url = context.databaseUrl();
     const app = await loadAppModule(context, { required: false });
     const appMigrations = (app?.migrations ?? []).map((entry) => ({ ...entry, folder: context.resolvePath(entry.folder) }));
+    const { migrate } = await import('../../db/migrate.js');
     await migrate(url, { app: appMigrations });
     if (context.json) {
       context.printJson({ migrated: true, database: describeUrl(url), app: appMigrations.map((entry) => entry.folder) });

@@ -10,7 +10,6 @@ import { plural } from '../format.js';
 
 export const purgeCommand: Command = {
   name: 'purge',
-  summary: 'delete expired keys, inbox rows and stopped worker pools once',
   description: `
 Deletes expired ledger keys (with their steps and run metadata), inbox rows
 past their retention and stopped worker pools, in batches of 500, and prints
@@ -18,7 +17,7 @@ how many of each went. In-progress runs are never purged.`,
   positionals: [],
   options: {},
   async run(context) {
-    const result = await context.withDatabase((database) => purgeExpired(database.sql));
+    const result = await context.withPool((database) => purgeExpired(database.sql));
     if (context.json) context.printJson(result);
     else {
       context.line(

@@ -14,7 +14,6 @@ import { renderTable } from '../table.js';
 
 export const queuesCommand: Command = {
   name: 'queues',
-  summary: 'queues and step limits, per partition: depth, running, recent starts per second',
   description: `
 Lists every queue (defineQueue) and its partitions: runs waiting for a slot
 (depth), slots held (running), the queue's concurrency and rate limit, and
@@ -34,7 +33,7 @@ parked waiting for it, and grants per second over the same sample.`,
     const sampleMs = positiveIntFlag(parsed.values, 'sample-ms', 'queues') ?? 1000;
     const read = (sql: Parameters<typeof listQueues>[0]) =>
       Promise.all([listQueues(sql, queue ? { queue } : {}), listLimits(sql, limit ? { limit } : {})]);
-    const { before, after } = await context.withDatabase(async (database) => {
+    const { before, after } = await context.withPool(async (database) => {
       const first = await read(database.sql);
       await new Promise((resolve) => setTimeout(resolve, sampleMs));
       return { before: first, after: await read(database.sql) };

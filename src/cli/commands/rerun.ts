@@ -13,7 +13,6 @@ import { ExitCode } from '../errors.js';
 
 export const rerunCommand: Command = {
   name: 'rerun',
-  summary: 'start a new run that takes the steps before a step from an old run and executes the rest',
   description: `
 Starts a new run under --key (same scope), with the old run's workflow version
 and input, linked to the old run (inspect shows both ways). The steps the old
@@ -38,7 +37,7 @@ sweeper, not by this command. Recorded in the old run's audit log
     const from = requiredFlag(parsed.values, 'from', 'rerun', 'the step to execute again from');
     const newKey = requiredFlag(parsed.values, 'key', 'rerun', "the new run's key");
     const force = parsed.values.force === true;
-    const started = await context.withDatabase((database) =>
+    const started = await context.withPool((database) =>
       rerunAction(database.sql, systemClock, { scope, key }, { from, key: newKey, force }, { leaseMs: 1, dueNow: true }, cliActor()),
     );
     const { plan } = started;

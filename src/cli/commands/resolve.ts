@@ -15,7 +15,6 @@ import { ExitCode, UsageError } from '../errors.js';
 
 export const resolveCommand: Command = {
   name: 'resolve',
-  summary: 'say what an at-most-once call that needs review did (--output) or call it again (--retry)',
   description: `
 A run stops as needs_review when an at-most-once call step (atMostOnce: true)
 has an attempt whose outcome is unknown: its process died, or the attempt was
@@ -51,7 +50,7 @@ waiting for review at that step.`,
     }
     const app = retry ? await loadAppModule(context, { required: false }) : await loadAppModule(context, { required: true });
     const registry = new WorkflowRegistry(app?.workflows ?? []);
-    const resolved = await context.withDatabase((database) =>
+    const resolved = await context.withPool((database) =>
       resolveRunAction(database.sql, systemClock, registry, { scope, key }, retry ? { step, retry: true } : { step, output }, cliActor()),
     );
     if (context.json) context.printJson({ scope, key, ...resolved, retry });

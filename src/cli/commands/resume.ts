@@ -9,7 +9,6 @@ import { notResumedBecause, resumeRunAction } from '../../actions/resume-run.js'
 import { systemClock } from '../../db/clock.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
 import type { RunAttempt } from '../../workflow/engine.js';
-import { Engine } from '../../workflow/engine.js';
 import { readRunInfo } from '../../workflow/run-info.js';
 import { cliActor } from '../actor.js';
 import { loadAppModule } from '../app-module.js';
@@ -20,7 +19,6 @@ import { formatDuration, truncate } from '../format.js';
 
 export const resumeCommand: Command = {
   name: 'resume',
-  summary: 'make a failed or stuck run due for a worker (--here: continue it here)',
   description: `
 Makes the run with this key in this scope due: a failed run (its retries ran
 out) or a stuck one (its process died) is in progress again with a fresh lease
@@ -45,7 +43,7 @@ elsewhere right now.`,
     const key = parsed.positionals[0]!;
     const scope = requiredFlag(parsed.values, 'scope', 'resume', "the run's scope");
     if (parsed.values.here === true) return resumeHere(context, scope, key);
-    const outcome = await context.withDatabase(async (database) => {
+    const outcome = await context.withPool(async (database) => {
       await refuseReview(database, scope, key);
       return resumeRunAction(database.sql, systemClock, { scope, key }, cliActor()).catch((error: unknown) => {
         throw isStepkeyError(error, 'run_not_found') ? new CliFailure('not_found', error.message) : error;
@@ -62,6 +60,7 @@ elsewhere right now.`,
 
 async function resumeHere(context: CliContext, scope: string, key: string): Promise<number> {
   const app = await loadAppModule(context, { required: true });
+  const { Engine } = await import('../../workflow/engine.js');
   const attempt = await context.withDatabase(async (database) => {
     const info = await readRunInfo(database.sql, { scope, key });
     if (!info) throw new CliFailure('not_found', `No run with key '${key}' in scope '${scope}'.`);

@@ -14,7 +14,6 @@ import { queueJson } from '../inspect-render.js';
 
 export const runsCommand: Command = {
   name: 'runs',
-  summary: 'list runs: stuck first, then needing review, failed, running, the rest',
   description: `
 Lists workflow runs with their scope, key, workflow@version, status, attempts,
 age, and the lease left (running), how long ago it expired (stuck: the process
@@ -46,7 +45,7 @@ ended with a stored error and replays it; a run that needs review waits for
       ...optional('workflow', stringFlag(parsed.values, 'workflow')),
       ...optional('scope', stringFlag(parsed.values, 'scope')),
     };
-    const { runs } = await context.withDatabase((database) => listRuns(database.sql, systemClock, filter));
+    const { runs } = await context.withPool((database) => listRuns(database.sql, systemClock, filter));
     if (context.json) {
       context.printJson({
         runs: runs.map((run) => ({
