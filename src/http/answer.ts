@@ -18,7 +18,6 @@
  * its code): `{"headers":{…},"body":"…"}`, or `"base64"` for bytes that are
  * not UTF-8.
  */
-import { StepkeyError } from '../errors/stepkey-error.js';
 import { toJsonText } from '../ledger/outcome.js';
 
 export interface HandlerAnswer {
@@ -51,10 +50,14 @@ export interface WireAnswer {
   body: Uint8Array;
 }
 
-/** The handler's answer, checked, as it is sent; a wrong answer is a clear error naming the route. */
+/**
+ * The handler's answer, checked, as it is sent. A wrong answer is the
+ * server's bug, never stored: a TypeError naming the route (logged with the
+ * 500's error id).
+ */
 export function toWire(answer: HandlerAnswer, route: string): WireAnswer {
-  const wrong = (problem: string): never => {
-    throw new StepkeyError('invalid_output', `The answer of ${route} is not an HTTP answer: ${problem}. Return { status, headers?, body? }.`);
+  const wrong = (problem: string, cause?: unknown): never => {
+    throw new TypeError(`The answer of ${route} is not an HTTP answer: ${problem}. Return { status, headers?, body? }.`, { cause });
   };
   if (typeof answer !== 'object' || answer === null) return wrong(`got ${answer === null ? 'null' : typeof answer}`);
   const { status } = answer;
@@ -78,7 +81,13 @@ export function toWire(answer: HandlerAnswer, route: string): WireAnswer {
     bytes = body;
     headers['content-type'] ??= 'application/octet-stream';
   } else {
-    bytes = Buffer.from(toJsonText(body, `body of the answer of ${route}`), 'utf8');
+    let text = '';
+    try {
+      text = toJsonText(body, 'body');
+    } catch (error) {
+      wrong((error as Error).message, error);
+    }
+    bytes = Buffer.from(text, 'utf8');
     headers['content-type'] ??= 'application/json';
   }
   return { status, headers, body: bytes };

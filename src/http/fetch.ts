@@ -13,7 +13,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow } from '../workflow/define.js';
 import type { HandlerAnswer, WireAnswer } from './answer.js';
 import { DEFAULT_MAX_BODY_BYTES, keyedMethods, type Exchange, type HttpIdempotencySetup } from './exchange.js';
-import { answerKeyed, type HandlerCall, type HandlerOptions } from './keyed-handler.js';
+import { answerKeyed, type HandlerCallFor, type HandlerOptions } from './keyed-handler.js';
 import { tooLarge } from './node-body.js';
 import { problem } from './problem.js';
 import { bodyFromBytes, type RequestBody } from './request-body.js';
@@ -118,7 +118,7 @@ export function createFetchIdempotency<C = unknown>(config: FetchIdempotencyConf
      */
     handler<O extends HandlerOptions = Record<never, never>>(
       options: O,
-      handler: (request: Request, call: HandlerCall<O> & { context: C | undefined }) => Promise<HandlerAnswer> | HandlerAnswer,
+      handler: (request: Request, call: HandlerCallFor<O> & { context: C | undefined }) => Promise<HandlerAnswer> | HandlerAnswer,
     ): FetchHandler<C> {
       return serve(keyedMethods(options), (exchange, handlerRequest, context) =>
         answerKeyed(config, options, exchange, async (call) => handler(await handlerRequest(), { ...call, context })),

@@ -13,7 +13,7 @@
  */
 export { createFetchIdempotency, type FetchHandler, type FetchIdempotencyConfig } from './fetch.js';
 export { createNodeIdempotency, type NodeHandler, type NodeIdempotencyConfig } from './node.js';
-export type { HandlerCall, HandlerOptions } from './keyed-handler.js';
+export type { HandlerCall, HandlerCallFor, HandlerOptions } from './keyed-handler.js';
 export type { CompletedRun, WorkflowRouteOptions } from './workflow-route.js';
 export { STORED_HEADERS, type HandlerAnswer } from './answer.js';
 export type { RequestBody } from './request-body.js';

@@ -21,7 +21,7 @@ import { IDEMPOTENCY_KEY_HEADER } from '../idempotency/header.js';
 import { errorReport, internalFailure } from '../idempotency/internal-failure.js';
 import { runKeyed } from '../idempotency/keyed-call.js';
 import { readKeyedRequest, type KeyedRequest } from '../idempotency/keyed-request.js';
-import type { IdempotencyContextFor, KeyedCallOptions } from '../idempotency/options.js';
+import type { IdempotencyContext, IdempotencyContextFor, KeyedCallOptions } from '../idempotency/options.js';
 import { isRefusal } from '../idempotency/refusal.js';
 import { isStoredStatus } from '../idempotency/store-policy.js';
 import { isNonRetryable, serializeError } from '../ledger/outcome.js';
@@ -33,12 +33,19 @@ import { fingerprintInput, type RequestBody } from './request-body.js';
 
 export interface HandlerOptions extends KeyedCallOptions, RouteOptions {}
 
-/** What a handler is handed besides the request. */
-export interface HandlerCall<O extends HandlerOptions> {
+/**
+ * What a handler is handed besides the request: `HandlerCall` for a route
+ * with the default options, `HandlerCall<IdempotencyContextFor<O>>` for one
+ * that is optional or fails open.
+ */
+export interface HandlerCall<Idempotency = IdempotencyContext> {
   body: RequestBody;
   /** The key, the scope and the claim's transaction (sql, db): writes there commit with a 2xx/3xx answer. */
-  idempotency: IdempotencyContextFor<O>;
+  idempotency: Idempotency;
 }
+
+/** The call a route with these options hands its handler. */
+export type HandlerCallFor<O extends HandlerOptions> = HandlerCall<IdempotencyContextFor<O>>;
 
 /** An answer that is not committed: a 4xx (stored alone, or not at all) or one never stored. */
 class Uncommitted extends Error {
@@ -61,22 +68,22 @@ export async function answerKeyed<O extends HandlerOptions>(
   setup: HttpIdempotencySetup,
   options: O,
   exchange: Exchange,
-  handler: (call: HandlerCall<O>) => Promise<HandlerAnswer> | HandlerAnswer,
+  handler: (call: HandlerCallFor<O>) => Promise<HandlerAnswer> | HandlerAnswer,
 ): Promise<WireAnswer> {
   const route = routeName(options, exchange);
   let request: KeyedRequest | undefined;
   try {
     request = readKeyedRequest({ headerValues: exchange.header(IDEMPOTENCY_KEY_HEADER), scope: () => exchange.scope(), mode: options.mode ?? 'required' });
     const body = await exchange.body();
-    const plain = async (idempotency: HandlerCall<O>['idempotency']) => toWire(await handler({ body, idempotency }), route);
-    if (!request) return await plain(undefined as HandlerCall<O>['idempotency']);
+    const plain = async (idempotency: HandlerCallFor<O>['idempotency']) => toWire(await handler({ body, idempotency }), route);
+    if (!request) return await plain(undefined as HandlerCallFor<O>['idempotency']);
     const covered = fingerprintInput(exchange.method, body, options.exclude);
     const fingerprints = fingerprintsOrBadRequest(route, { raw: covered.input, validated: covered.input }, covered.exclude);
     const call = { ledger: setup.ledger, request, fingerprints, name: route, noun: 'route', options, report: errorReport(setup, 'http', route, request) } as const;
     const outcome = await runKeyed(
       call,
       async (idempotency) => {
-        const answer = toWire(await handler({ body, idempotency: idempotency as HandlerCall<O>['idempotency'] }), route);
+        const answer = toWire(await handler({ body, idempotency: idempotency as HandlerCallFor<O>['idempotency'] }), route);
         if (answer.status >= 400) throw new Uncommitted(answer);
         return answer;
       },
@@ -84,7 +91,7 @@ export async function answerKeyed<O extends HandlerOptions>(
     );
     switch (outcome.state) {
       case 'bypassed':
-        return await plain({ ...request, bypassed: true } as HandlerCall<O>['idempotency']);
+        return await plain({ ...request, bypassed: true } as HandlerCallFor<O>['idempotency']);
       case 'executed':
         faultPoint('http.before-response', route);
         if (outcome.ok) return outcome.value;

@@ -13,7 +13,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow } from '../workflow/define.js';
 import type { HandlerAnswer, WireAnswer } from './answer.js';
 import { DEFAULT_MAX_BODY_BYTES, keyedMethods, type Exchange, type HttpIdempotencySetup } from './exchange.js';
-import { answerKeyed, type HandlerCall, type HandlerOptions } from './keyed-handler.js';
+import { answerKeyed, type HandlerCallFor, type HandlerOptions } from './keyed-handler.js';
 import { readNodeBody } from './node-body.js';
 import { problem } from './problem.js';
 import { answerWorkflow, type WorkflowRouteOptions } from './workflow-route.js';
@@ -91,7 +91,7 @@ export function createNodeIdempotency<Req extends IncomingMessage = IncomingMess
      */
     handler<O extends HandlerOptions = Record<never, never>>(
       options: O,
-      handler: (req: Req, call: HandlerCall<O>) => Promise<HandlerAnswer> | HandlerAnswer,
+      handler: (req: Req, call: HandlerCallFor<O>) => Promise<HandlerAnswer> | HandlerAnswer,
     ): NodeHandler<Req, Res> {
       return serve(keyedMethods(options), (exchange, req) => answerKeyed(config, options, exchange, (call) => handler(req, call)));
     },

@@ -22,6 +22,7 @@ import type { TxSql } from '../../src/db/transaction.js';
 import { createFetchIdempotency } from '../../src/http/fetch.js';
 import { createNodeIdempotency } from '../../src/http/node.js';
 import type { HandlerAnswer } from '../../src/http/answer.js';
+import type { HandlerCall } from '../../src/http/keyed-handler.js';
 import type { Ledger } from '../../src/ledger/ledger.js';
 import { createIdempotency } from '../../src/trpc/idempotency.js';
 import { silentLogger } from '../../src/log/logger.js';
@@ -110,11 +111,9 @@ async function trpcTarget(ledger: Ledger): Promise<Target> {
   return { name: 'tRPC option (node:http)', url: (operation) => `${base}/${operation}`, created: 200, close: closing(server) };
 }
 
-type HttpCall = { body: { json: unknown }; idempotency: { sql: TxSql; scope: string } };
-
 /** The operation as an HTTP handler: 201 with the result, 404 for a client failure. */
 function httpOperation(operation: Operation) {
-  return async (call: HttpCall): Promise<HandlerAnswer> => {
+  return async (call: HandlerCall): Promise<HandlerAnswer> => {
     const order = orderInput.safeParse(call.body.json);
     if (!order.success) return { status: 400, body: { error: 'invalid order' } };
     const done = await operate(operation, call.idempotency.sql, call.idempotency.scope, order.data);
