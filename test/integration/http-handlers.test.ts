@@ -10,6 +10,7 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
+import postgres from 'postgres';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HandlerAnswer } from '../../src/http/answer.js';
@@ -218,5 +219,28 @@ describe('stepkey/http behind Express', () => {
     expect(JSON.parse(listed.body)).toEqual({ listed: true });
     const created = await ask(`${bases.express}/calls`, { method: 'POST', headers: keyed(key), body: 'raw bytes' });
     expect(created.status).toBe(201);
+  });
+});
+
+describe('stepkey/http while Postgres is unreachable', () => {
+  it('answers 503 + Retry-After by default, and runs a fail-open handler unkeyed, with no transaction', async () => {
+    const dead = postgres('postgres://postgres@127.0.0.1:1/none', { max: 1, connect_timeout: 1, onnotice: () => {} });
+    const down = createNodeIdempotency({ ledger: new Ledger({ sql: dead }), scope: () => 'acme', logger: silentLogger });
+    const routes: Record<string, ReturnType<typeof down.handler>> = {
+      '/closed': down.handler({ route: 'closed' }, () => ({ status: 201, body: 'ran' })),
+      '/open': down.handler({ route: 'open', onLedgerDown: 'open' }, (_req, { idempotency }) => ({ status: 201, body: { fields: Object.keys(idempotency).sort() } })),
+    };
+    const base = await listen(createServer((req, res) => routes[new URL(req.url!, 'http://x').pathname]!(req, res)));
+    try {
+      const closed = await ask(`${base}/closed`, { method: 'POST', headers: keyed(uniqueKey('down')), body: '{}' });
+      expect(closed.status).toBe(503);
+      expect(closed.headers.get('retry-after')).toBe('1');
+      expect(closed.body).toMatch(/database is unavailable/);
+      const open = await ask(`${base}/open`, { method: 'POST', headers: keyed(uniqueKey('down')), body: '{}' });
+      expect(open.status).toBe(201);
+      expect(JSON.parse(open.body)).toEqual({ fields: ['bypassed', 'key', 'scope'] });
+    } finally {
+      await dead.end({ timeout: 0 });
+    }
   });
 });
