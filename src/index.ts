@@ -5,6 +5,7 @@
  * tsx). Optional parts have their own entry points:
  *   stepkey/trpc          the Idempotency-Key option for tRPC procedures, workflow procedures
  *   stepkey/trpc/client   the client link (nothing of the server)
+ *   stepkey/http          the same Idempotency-Key semantics for any HTTP server (fetch-style and Node handlers)
  *   stepkey/testing       the crash kit, fault points, child processes you can SIGKILL
  */
 

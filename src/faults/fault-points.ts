@@ -28,6 +28,7 @@ export const faultPoints = [
   'outbox.after-enqueue',
   'outbox.after-apply',
   'trpc.before-response',
+  'http.before-response',
 ] as const;
 
 export type FaultPoint = (typeof faultPoints)[number];

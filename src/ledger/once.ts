@@ -45,8 +45,8 @@ export interface OnceContext {
 export interface OnceOptions<T> {
   /** The text stored for a success (default: strict JSON of the value). */
   serialize?: (value: T) => string;
-  /** A status code stored with a success (an HTTP status, for instance). */
-  code?: number | null;
+  /** A status code stored with a success (an HTTP status, for instance), or one computed from the value. */
+  code?: number | null | ((value: T) => number | null);
   /**
    * What to store for an error, or undefined to roll everything back, free the
    * key and rethrow. Default: errors with `retryable === false` are stored as
@@ -157,7 +157,8 @@ async function attemptOnce<T>(
       await tx.unsafe('rollback to savepoint stepkey_once');
       stored = { ok: false, body: decided.body, code: decided.code ?? null };
     } else {
-      stored = { ok: true, body: serialize(value as T), code: options.code ?? null };
+      const code = typeof options.code === 'function' ? options.code(value as T) : (options.code ?? null);
+      stored = { ok: true, body: serialize(value as T), code };
     }
     const outcome: StoredOutcome = { status: 'completed', ok: stored.ok, body: stored.body, code: stored.code ?? null };
     result = caught

@@ -57,14 +57,14 @@ export const sweeperTakeovers = new Counter({
 
 export const replays = new Counter({
   name: 'stepkey_trpc_replays_total',
-  help: 'Idempotent tRPC calls answered from the stored outcome.',
+  help: 'Keyed calls (tRPC procedures, stepkey/http handlers and routes) answered from the stored outcome.',
   labelNames: ['via'],
   registers: [registry],
 });
 
 export const answers = new Counter({
   name: 'stepkey_trpc_answers_total',
-  help: 'Idempotent tRPC calls refused or failed, by HTTP status: 409 in progress or taken over, 422 key reused, 503 database unavailable.',
+  help: 'Keyed calls (tRPC procedures, stepkey/http handlers and routes) refused or failed, by HTTP status: 409 in progress or taken over, 422 key reused, 503 database unavailable.',
   labelNames: ['status'],
   registers: [registry],
 });

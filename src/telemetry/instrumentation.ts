@@ -23,9 +23,9 @@ export interface StepkeyObserver {
   stepEnded?(event: { step: string; outcome: StepOutcome; attempts: number; durationMs: number }): void;
   /** A sweep took over runs whose lease had expired (or that an operator made due). */
   sweptRuns?(event: { count: number }): void;
-  /** An idempotent tRPC call was answered from its stored outcome. */
+  /** A keyed call (tRPC or stepkey/http) was answered from its stored outcome: a handler's or procedure's, or a run's. */
   replayed?(event: { via: 'procedure' | 'workflow' }): void;
-  /** An idempotent tRPC call was refused or failed with this HTTP status (409, 422, 503, …). */
+  /** A keyed call (tRPC or stepkey/http) was refused or failed with this HTTP status (409, 422, 503, …). */
   answered?(event: { status: number }): void;
 }
 

@@ -5,4 +5,4 @@
  * clients of another process can import it.
  */
 export { DEFAULT_RETRY_FOR_MS, idempotencyLink, idempotencyHeaders, isRetryableError, type IdempotencyLinkOptions } from './link.js';
-export { IDEMPOTENCY_KEY_HEADER } from './header.js';
+export { IDEMPOTENCY_KEY_HEADER } from '../idempotency/header.js';

@@ -1,22 +1,22 @@
 /**
  * Which resolver errors are part of the answer (stored, replayed to every
- * retry) and which are not (the key is released, the retry runs).
+ * retry) and which are not (the key is released, the retry runs), by the
+ * rule every keyed call follows (idempotency/store-policy.ts):
  *
  *   stored     a TRPCError with a 4xx code other than 401, 403, 408, 409, 429
- *              — a deterministic client error raised after the work began —
- *              and any error marked non-retryable (retryable === false)
- *   released   5xx, unexpected errors, and 401/403/408/409/429 (transient, or
- *              decided before any work)
+ *              (and 499) — a deterministic client error raised after the work
+ *              began — and any error marked non-retryable (retryable === false)
+ *   released   5xx, unexpected errors, and those transient 4xx (decided
+ *              before any work)
  */
 import { TRPCError, getTRPCErrorFromUnknown } from '@trpc/server';
 import { getHTTPStatusCodeFromError } from '@trpc/server/http';
 import { TRPC_ERROR_CODES_BY_KEY } from '@trpc/server/rpc';
+import { isStoredErrorStatus } from '../idempotency/store-policy.js';
 import { isNonRetryable, serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
 import type { OutcomeToStore } from '../ledger/types.js';
 
 type TrpcCode = TRPCError['code'];
-
-const transient4xx = new Set<TrpcCode>(['UNAUTHORIZED', 'FORBIDDEN', 'TIMEOUT', 'CONFLICT', 'TOO_MANY_REQUESTS', 'CLIENT_CLOSED_REQUEST']);
 
 /**
  * The TRPCError a resolver error is answered with. An error marked
@@ -40,7 +40,7 @@ export function toTrpcError(error: unknown): TRPCError {
 /** What to store for a resolver error (already passed through toTrpcError), or undefined to release the key. */
 export function storedTrpcError(error: TRPCError): OutcomeToStore | undefined {
   const status = getHTTPStatusCodeFromError(error);
-  if (status < 400 || status >= 500 || transient4xx.has(error.code)) return undefined;
+  if (!isStoredErrorStatus(status)) return undefined;
   const stored: StoredError = { name: 'TRPCError', message: error.message, code: error.code };
   return { ok: false, body: toJsonText(stored, 'error'), code: status };
 }

@@ -18,32 +18,36 @@
  *                     a 500 says "…failed (error id err-…)" and the log line
  *                     with that id has the error (internal-error.ts).
  *
- * Keys are scoped by the caller (config.scope); an unidentified caller gets
- * 401 rather than a shared scope. The fingerprint covers the procedure path
+ * The key handling, fingerprint, claim and answers are stepkey's one core
+ * (src/idempotency/), which stepkey/http adapts to HTTP servers too: this
+ * module is its tRPC adapter. Keys are scoped by the caller (config.scope); an
+ * unidentified caller gets 401 rather than a shared scope. The fingerprint covers the procedure path
  * and the input as the caller sent it (see keys/fingerprint.ts). Use the
  * middleware after `.input()`, so that a schema error is answered before
  * anything is claimed; placed before it, every keyed call is refused with a
  * 500 that says so.
  */
 import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
-import type { DrizzleTx } from '../db/connect.js';
-import type { TxSql } from '../db/transaction.js';
 import { isConnectionError } from '../errors/pg-errors.js';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
+import { fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
+import { runKeyed } from '../idempotency/keyed-call.js';
+import type { BypassedIdempotency, IdempotencyContext, IdempotencyContextFor, KeyedCallOptions } from '../idempotency/options.js';
 import type { Ledger } from '../ledger/ledger.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Logger } from '../log/logger.js';
 import type { Workflow } from '../workflow/define.js';
+import type { Engine } from '../workflow/engine.js';
 import { decodeValue, encodeValue } from '../workflow/values.js';
 import { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
-import { fingerprintsOrBadRequest, inProgress, markReplayed, mismatch, readKeyedRequest, validatedInput } from './keyed-request.js';
+import { errorReport, internalServerError, isWrappedUnexpected } from './internal-error.js';
+import { forTrpc, markReplayed, readKeyedRequest, validatedInput } from './keyed-request.js';
 import { replayResult } from './replay-result.js';
 import { defaultRequestAccess, type RequestAccess } from './request-access.js';
-import { toServiceError } from './service-error.js';
-import { errorReport, internalServerError, isWrappedUnexpected } from './internal-error.js';
-import type { Logger } from '../log/logger.js';
 import { outputTransformer, type TransformerOption } from './transformer.js';
 import { workflowMiddleware, type WorkflowProcedureOptions } from './workflow-procedure.js';
+
+export type { BypassedIdempotency, IdempotencyContext, IdempotencyContextFor } from '../idempotency/options.js';
 
 export interface IdempotencyConfig<Ctx extends object> {
   ledger: Ledger;
@@ -63,50 +67,8 @@ export interface IdempotencyConfig<Ctx extends object> {
   logger?: Logger | false;
 }
 
-export interface ProcedureIdempotencyOptions {
-  /** 'required' (default): a call without a key gets 400. 'optional': it runs without idempotency. */
-  mode?: 'required' | 'optional';
-  /**
-   * When Postgres cannot be reached (database_unavailable) before the resolver
-   * ran: 'closed' (default) answers 503 + Retry-After, 'open' runs the resolver
-   * without idempotency (ctx.idempotency.bypassed). Any other database failure
-   * answers 500 either way: it is not an outage to ride out.
-   */
-  onLedgerDown?: 'closed' | 'open';
-  /** Volatile input fields left out of the fingerprint, e.g. ['clientTime']. */
-  exclude?: string[];
-  /** How long the key is kept after completion (default: the ledger's retention). */
-  retentionMs?: number;
-}
-
-/** What the resolver of an idempotent procedure finds in ctx.idempotency. */
-export interface IdempotencyContext {
-  key: string;
-  scope: string;
-  /** The claim's transaction: writes here commit together with the stored result. */
-  sql: TxSql;
-  db: DrizzleTx;
-  bypassed: false;
-}
-
-/**
- * ctx.idempotency of a fail-open procedure (onLedgerDown: 'open') that runs
- * while Postgres is unavailable: nothing ties this run to its key, it may run
- * again on a retry, and there is no claim transaction to write in.
- */
-export interface BypassedIdempotency {
-  key: string;
-  scope: string;
-  bypassed: true;
-}
-
-type OptionOf<O, K extends keyof ProcedureIdempotencyOptions> = K extends keyof O ? O[K] : undefined;
-
-/** ctx.idempotency as the options allow: bypassed only when failing open, undefined only when optional. */
-export type IdempotencyContextFor<O extends ProcedureIdempotencyOptions> =
-  | IdempotencyContext
-  | ('open' extends OptionOf<O, 'onLedgerDown'> ? BypassedIdempotency : never)
-  | ('optional' extends OptionOf<O, 'mode'> ? undefined : never);
+/** A procedure's options: mode, onLedgerDown, exclude, retentionMs (idempotency/options.ts). */
+export type ProcedureIdempotencyOptions = KeyedCallOptions;
 
 export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<Ctx>) {
   const access = config.access ?? defaultRequestAccess<Ctx>();
@@ -138,15 +100,16 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
         const request = readKeyedRequest(config, access, ctx, mode);
         if (!request) return opts.next<Overrides>({ ctx: pass(undefined) });
         const input = await validatedInput(opts, 'idempotency.procedure()');
-        const fingerprints = fingerprintsOrBadRequest(opts.path, input, options.exclude);
         const what = `result of ${opts.path}`;
         let first: Result | undefined;
         let result;
         try {
-          result = await config.ledger.once(
-            { ...request, ...fingerprints, kind: 'request', name: opts.path },
-            async ({ sql, db }) => {
-              first = await opts.next<Overrides>({ ctx: pass({ ...request, sql, db, bypassed: false }) });
+          const fingerprints = fingerprintsOrBadRequest(opts.path, input, options.exclude);
+          const call = { ledger: config.ledger, request, fingerprints, name: opts.path, noun: 'procedure', options, report: errorReport(config, opts.path, request) } as const;
+          result = await runKeyed(
+            call,
+            async (idempotency) => {
+              first = await opts.next<Overrides>({ ctx: pass(idempotency) });
               if (!first.ok) throw forTheLedger(first.error);
               return first.data;
             },
@@ -155,35 +118,27 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
               serialize: (data) => encodeValue(transformer.serialize(data), what),
               code: 200,
               storeError: (error) => (error instanceof TRPCError ? storedTrpcError(error) : undefined),
-              ...(options.retentionMs === undefined ? {} : { retentionMs: options.retentionMs }),
             },
           );
         } catch (error) {
           // An unexpected error (tRPC wrapped it: its message is the thrown one) answers an error id, not its text.
           if (error instanceof TRPCError && isWrappedUnexpected(error)) throw internalServerError(error.cause, errorReport(config, opts.path, request));
-          if (!isStepkeyError(error)) throw error;
-          // Fail open only on an outage, and only if the resolver has not run: it must not run twice.
-          if (error.code === 'database_unavailable' && !first && options.onLedgerDown === 'open') {
-            return opts.next<Overrides>({ ctx: pass({ ...request, bypassed: true }) });
-          }
-          throw toServiceError(error, access, ctx, errorReport(config, opts.path, request));
+          throw forTrpc(error, access, ctx);
         }
         switch (result.state) {
+          case 'bypassed':
+            return opts.next<Overrides>({ ctx: pass({ ...request, bypassed: true }) });
           case 'executed':
             faultPoint('trpc.before-response', opts.path);
             // A stored error: deliberate (a 4xx or non-retryable one), answered as it is.
             if (!result.ok) throw result.error;
             return first!;
           case 'replay': {
-            markReplayed(access, ctx, 'procedure');
+            markReplayed(access, ctx);
             if (!result.outcome.ok) throw trpcErrorFromStored(JSON.parse(result.outcome.body));
             const stored = decodeValue(result.outcome.body, undefined, what);
             return replayResult<Result>(ctx, stored === undefined ? undefined : transformer.deserialize(stored));
           }
-          case 'in_progress':
-            throw inProgress(access, ctx, result.retryAfterMs);
-          case 'mismatch':
-            throw mismatch(result.existing, { kind: 'request', name: opts.path });
         }
       });
     },

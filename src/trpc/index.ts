@@ -27,7 +27,7 @@ export {
   type WorkflowProcedures,
   type WorkflowRouterOptions,
 } from './workflow-router.js';
-export { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey, type ParsedKey } from './header.js';
+export { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey, type ParsedKey } from '../idempotency/header.js';
 export { defaultRequestAccess, type RequestAccess } from './request-access.js';
 export { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
 export { toServiceError } from './service-error.js';

@@ -1,66 +1,24 @@
 /**
- * The answer to an internal failure: a 500 with a fixed message and an error
- * id — never the step's message, the driver's text, the SQL or its
- * parameters, which may carry the caller's personal data. The full error is
- * logged once, with the id, through stepkey's logger (event
- * `trpc.internal_error`); for a failed run the id is derived from its stored
- * error (errors/error-id.ts), so `stepkey inspect` shows the same id beside it.
- *
- * Deliberate answers are not internal failures and keep their status and
- * message: a TRPCError the app throws, a stored deterministic error, and
- * stepkey's own 4xx/503 answers.
+ * Internal failures of a tRPC call: the core's 500 with a fixed message and
+ * an error id (idempotency/internal-failure.ts), logged with event
+ * `trpc.internal_error`, as a TRPCError — and how to tell tRPC's wrapping of
+ * an unexpected error from a 500 the app raised on purpose.
  */
 import { TRPCError } from '@trpc/server';
-import { failedRunErrorId, newErrorId } from '../errors/error-id.js';
-import { StepkeyError } from '../errors/stepkey-error.js';
-import { serializeError, type StoredError } from '../ledger/outcome.js';
-import { resolveLogger, type Logger } from '../log/logger.js';
+import { errorReport as coreReport, internalFailure, type ErrorReport } from '../idempotency/internal-failure.js';
+import type { Logger } from '../log/logger.js';
 
-/** Where an internal failure happened, for its log line. */
-export interface ErrorReport {
-  log: Logger;
-  /** The procedure's path. */
-  path?: string;
-  scope?: string;
-  key?: string;
-}
+export type { ErrorReport } from '../idempotency/internal-failure.js';
 
 /** The report of a call: its logger (config.logger, pino by default), path and key. */
 export function errorReport(config: { logger?: Logger | false }, path: string | undefined, ref?: { scope: string; key: string }): ErrorReport {
-  return { log: resolveLogger(config.logger), ...(path === undefined ? {} : { path }), ...(ref ? { scope: ref.scope, key: ref.key } : {}) };
-}
-
-const fixedMessages = {
-  run: 'stepkey: the run failed',
-  database: 'stepkey: the database failed while handling this request',
-  request: 'stepkey: the request failed',
-} as const;
-
-/** A failed run's stored error, when the error is stepkey's run_failed. */
-function storedRunError(error: unknown): StoredError | undefined {
-  if (!(error instanceof StepkeyError) || error.code !== 'run_failed') return undefined;
-  const stored = error.details.error;
-  return stored && typeof stored === 'object' ? (stored as StoredError) : undefined;
+  return coreReport(config, 'trpc', path, ref);
 }
 
 /** The 500 for an internal failure; logs the full error with the id the caller is given. */
 export function internalServerError(error: unknown, report: ErrorReport): TRPCError {
-  const stored = storedRunError(error);
-  const kind = stored ? 'run' : error instanceof StepkeyError && error.code === 'database_error' ? 'database' : 'request';
-  const errorId = stored && report.scope !== undefined && report.key !== undefined ? failedRunErrorId(report.scope, report.key, stored) : newErrorId();
-  const message = `${fixedMessages[kind]} (error id ${errorId})`;
-  report.log.error(
-    {
-      event: 'trpc.internal_error',
-      errorId,
-      ...(report.path === undefined ? {} : { path: report.path }),
-      ...(report.scope === undefined ? {} : { scope: report.scope }),
-      ...(report.key === undefined ? {} : { key: report.key }),
-      error: stored ?? serializeError(error),
-    },
-    message,
-  );
-  return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message, cause: error });
+  const failure = internalFailure(error, report);
+  return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: failure.message, cause: error });
 }
 
 /**

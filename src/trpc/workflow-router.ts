@@ -20,12 +20,16 @@ import type { Workflow, WorkflowResult } from '../workflow/define.js';
 import type { RunStatus, StepInfo } from '../workflow/run-info.js';
 import { decodeRunResult } from '../workflow/outcomes.js';
 import type { createIdempotency } from './idempotency.js';
-import { fingerprintsOrBadRequest, markReplayed, mismatch, readKeyedRequest, type KeyUse } from './keyed-request.js';
+import { fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
+import { queueNameOf } from '../idempotency/queued-run.js';
+import { mismatch, type KeyUse } from '../idempotency/refusal.js';
+import { forTrpc, markReplayed, readKeyedRequest, trpcError } from './keyed-request.js';
+import { instrument } from '../telemetry/instrumentation.js';
 import { toServiceError } from './service-error.js';
+import type { RequestAccess } from './request-access.js';
 import { errorReport } from './internal-error.js';
 import type { Queue } from '../flow/define-queue.js';
 import type { QueuePlace } from '../read/sql/queue-places.js';
-import { queueNameOf } from './queued-workflow.js';
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;
 type Idempotency<Ctx extends object> = ReturnType<typeof createIdempotency<Ctx>>;
@@ -121,19 +125,20 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
     const start = base.input(workflow.input).use(captureRawInput as never).mutation((async (opts: { ctx: Ctx; input: unknown; path: string }) => {
         const request = readKeyedRequest(config, access, opts.ctx, 'required')!;
         const raw = (opts.ctx as { [rawInputKey]?: unknown })[rawInputKey];
-        const fingerprints = fingerprintsOrBadRequest(opts.path, { raw, validated: opts.input }, undefined);
         try {
+          const fingerprints = fingerprintsOrBadRequest(opts.path, { raw, validated: opts.input }, undefined);
           if (queue !== undefined) {
             const handle = await engine.enqueue(workflow, request, opts.input as never, { queue, ...fingerprints });
-            if (!handle.started) markReplayed(access, opts.ctx, 'workflow');
+            if (!handle.started) joined(access, opts.ctx);
             return { key: handle.key, rootKey: handle.rootKey, started: handle.started, queued: handle.queued } satisfies StartedRun;
           }
           const handle = await engine.start(workflow, request, opts.input as never, fingerprints);
-          if (!handle.started) markReplayed(access, opts.ctx, 'workflow');
+          if (!handle.started) joined(access, opts.ctx);
           return { key: handle.key, rootKey: handle.rootKey, started: handle.started } satisfies StartedRun;
         } catch (error) {
-          if (isStepkeyError(error, 'mismatch')) throw mismatch(mismatchedUse(error), { kind: 'run', name: workflow.name });
-          throw isStepkeyError(error) ? toServiceError(error, access, opts.ctx, errorReport(config, opts.path, request)) : error;
+          if (isStepkeyError(error, 'mismatch')) throw trpcError(mismatch(mismatchedUse(error), { kind: 'run', name: workflow.name }, 'procedure'), access, opts.ctx);
+          if (isStepkeyError(error)) throw toServiceError(error, access, opts.ctx, errorReport(config, opts.path, request));
+          throw forTrpc(error, access, opts.ctx);
         }
       }) as never);
     const status = base.input(z.object({ key: z.string().min(1).max(255) })).query((async (opts: {
@@ -178,6 +183,12 @@ export function createWorkflowRouter<Ctx extends object, Workflows extends Recor
     record[name] = { start, status };
   }
   return record as WorkflowProcedures<Workflows>;
+}
+
+/** A start that joined the key's run: answered as a replay. */
+function joined<Ctx>(access: RequestAccess<Ctx>, ctx: Ctx): void {
+  instrument.replayed('workflow');
+  markReplayed(access, ctx);
 }
 
 /** What the key was first used for, from the engine's mismatch error. */

@@ -96,7 +96,7 @@ export async function cliBench(): Promise<void> {
   }
   const reps = Number(process.env.BENCH_CLI_REPS ?? 7);
   try {
-    execFileSync(process.execPath, ['scripts/dist-stamp.mjs', 'fresh'], { cwd: repo, stdio: 'ignore' });
+    execFileSync(process.execPath, ['.ci/dist-stamp.mjs', 'fresh'], { cwd: repo, stdio: 'ignore' });
   } catch {
     console.log('dist/ is not a build of the sources as they are: npm run build');
     execFileSync('npm', ['run', '-s', 'build'], { cwd: repo, stdio: 'inherit' });

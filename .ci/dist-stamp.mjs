@@ -5,8 +5,8 @@
  * manifest and lockfile, the TypeScript and Vite configurations — to
  * dist/.inputs-sha256 (left out of the package).
  *
- *   node scripts/dist-stamp.mjs write   after a build
- *   node scripts/dist-stamp.mjs fresh   exit 0 if dist/ is a build of these inputs, 1 (saying why) if not
+ *   node .ci/dist-stamp.mjs write   after a build
+ *   node .ci/dist-stamp.mjs fresh   exit 0 if dist/ is a build of these inputs, 1 (saying why) if not
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -49,6 +49,6 @@ if (mode === 'write') {
   }
   console.error('dist/ is a build of these sources: packing it as it is.');
 } else {
-  console.error('usage: node scripts/dist-stamp.mjs write|fresh');
+  console.error('usage: node .ci/dist-stamp.mjs write|fresh');
   process.exit(2);
 }

@@ -1,8 +1,8 @@
 /**
- * A workflow procedure on a queue: `idempotency.workflow(w, { queue })`.
- * The request and its run are one ledger row, as for any workflow
- * procedure, but the run is put on the queue (engine.enqueue) instead of
- * being started at once:
+ * A workflow procedure or route on a queue (`workflow(w, { queue })`). The
+ * request and its run are one ledger row, as for any workflow procedure, but
+ * the run is put on the queue (engine.enqueue) instead of being started at
+ * once:
  *
  *   a slot is free          the run starts here, at once; the answer is its
  *                           result (or 202 if it parks on a wait of its own)
@@ -20,33 +20,17 @@
  * The fingerprint is the procedure's (path + input): the queue is the
  * procedure's own, and a priority computed from the input follows it.
  */
-import { TRPCError } from '@trpc/server';
 import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
 import type { Queue } from '../flow/define-queue.js';
 import { slotWait } from '../flow/slot-wait.js';
-import type { KeyRef } from '../ledger/types.js';
 import type { Engine, RunHandle } from '../workflow/engine.js';
-import type { Workflow } from '../workflow/define.js';
 import { decodeRunResult, REVIEW_RETRY_AFTER_MS } from '../workflow/outcomes.js';
 import type { RunInfo } from '../workflow/run-info.js';
-import { waitView, type RunWaitView } from '../workflow/waits/wait.js';
-import { trpcErrorFromStored } from './error-policy.js';
-import { internalServerError, type ErrorReport } from './internal-error.js';
-import { inProgress, markReplayed, mismatch, type KeyUse } from './keyed-request.js';
-import type { RequestAccess } from './request-access.js';
-import { toServiceError } from './service-error.js';
-
-export interface QueueProcedureOptions<Ctx, Input> {
-  /** The queue the runs of this procedure wait on (registered with the engine: createEngine({ queues })). */
-  queue: Queue<any> | string;
-  /** Whole number from -1000 to 1000 (default 0), or one computed from the workflow's input and ctx. */
-  priority?: number | ((input: Input, ctx: Ctx) => number);
-}
-
-/** What the queued path answers: the run's result, a 202 body, or an error thrown. */
-export type QueuedAnswer =
-  | { kind: 'completed'; output: unknown; replayed: boolean }
-  | { kind: 'accepted'; wait: RunWaitView; replayed: boolean };
+import { waitView } from '../workflow/waits/wait.js';
+import { internalFailure } from './internal-failure.js';
+import { inProgress, mismatch, Refusal, type KeyUse } from './refusal.js';
+import type { RunAnswer, RunCall } from './run-answer.js';
+import { refusalOf } from './service-failure.js';
 
 /**
  * The queue's name, checked when the procedure is defined: a queue made with
@@ -67,28 +51,16 @@ export function queueNameOf(option: unknown, where: string, engine?: Engine): st
   return name;
 }
 
-export interface QueuedCall<Ctx> {
-  engine: Engine;
-  access: RequestAccess<Ctx>;
-  ctx: Ctx;
-  path: string;
-  request: KeyRef;
-  workflow: Workflow;
-  input: unknown;
-  queue: string;
-  priority: number | undefined;
-  fingerprints: { fingerprint: string; legacyFingerprint: () => string };
-  report: ErrorReport;
-}
+export type QueuedCall = RunCall & { queue: { name: string; priority: number | undefined } };
 
-/** Enqueues the call's run and says how to answer; failures are thrown as TRPCErrors. */
-export async function answerQueued<Ctx>(call: QueuedCall<Ctx>): Promise<QueuedAnswer> {
-  const { engine, access, ctx, request, workflow } = call;
+/** Enqueues the call's run and says how to answer; refusals are thrown. */
+export async function answerQueued(call: QueuedCall): Promise<RunAnswer> {
+  const { engine, request, workflow } = call;
   let handle: RunHandle<unknown> & { queued: boolean };
   try {
     handle = await engine.enqueue(workflow, request, call.input as never, {
-      queue: call.queue,
-      ...(call.priority === undefined ? {} : { priority: call.priority }),
+      queue: call.queue.name,
+      ...(call.queue.priority === undefined ? {} : { priority: call.queue.priority }),
       fingerprint: call.fingerprints.fingerprint,
       legacyFingerprint: call.fingerprints.legacyFingerprint,
     });
@@ -97,7 +69,7 @@ export async function answerQueued<Ctx>(call: QueuedCall<Ctx>): Promise<QueuedAn
   }
   if (handle.started && handle.queued) {
     // The queue is full: the run waits for a slot. What a repeat will answer too.
-    return { kind: 'accepted', wait: waitView(slotWait(call.queue)), replayed: false };
+    return { kind: 'accepted', wait: waitView(slotWait(call.queue.name)), replayed: false };
   }
   if (handle.started) return executedHere(call, handle);
   // The key already had its run: answer from what the ledger holds.
@@ -105,13 +77,13 @@ export async function answerQueued<Ctx>(call: QueuedCall<Ctx>): Promise<QueuedAn
   try {
     info = await engine.get(request);
   } catch (error) {
-    throw isStepkeyError(error) ? toServiceError(error, access, ctx, call.report) : internalServerError(error, call.report);
+    throw failure(error, call);
   }
   return fromLedger(call, info);
 }
 
 /** The run started here, at once: its result, as for an unqueued workflow procedure. */
-async function executedHere<Ctx>(call: QueuedCall<Ctx>, handle: RunHandle<unknown>): Promise<QueuedAnswer> {
+async function executedHere(call: QueuedCall, handle: RunHandle<unknown>): Promise<RunAnswer> {
   try {
     return { kind: 'completed', output: await handle.result(), replayed: false };
   } catch (error) {
@@ -119,20 +91,21 @@ async function executedHere<Ctx>(call: QueuedCall<Ctx>, handle: RunHandle<unknow
       // It parked on a wait of its own (a timer, an event, a child).
       const info = await call.engine.get(call.request).catch(() => undefined);
       if (info?.status === 'waiting' && info.wait) return { kind: 'accepted', wait: info.wait, replayed: false };
-      throw inProgress(call.access, call.ctx, 1_000);
+      throw inProgress(1_000);
     }
     if (isStepkeyError(error, 'run_failed') && error.details.resumable !== true && error.details.error) {
-      throw trpcErrorFromStored(error.details.error as never);
+      return { kind: 'errored', error: error.details.error as never, replayed: false };
     }
-    if (isStepkeyError(error, 'run_cancelled')) throw cancelledError((error.details.reason as { message?: string } | undefined)?.message);
-    throw isStepkeyError(error) ? toServiceError(error, call.access, call.ctx, call.report) : internalServerError(error, call.report);
+    if (isStepkeyError(error, 'run_cancelled')) {
+      return { kind: 'cancelled', reason: (error.details.reason as { message?: string } | undefined)?.message, replayed: false };
+    }
+    throw failure(error, call);
   }
 }
 
-function fromLedger<Ctx>(call: QueuedCall<Ctx>, info: RunInfo | undefined): QueuedAnswer {
-  const { access, ctx } = call;
+function fromLedger(call: QueuedCall, info: RunInfo | undefined): RunAnswer {
   // No row yet: another call's enqueue of this key has not committed.
-  if (!info) throw inProgress(access, ctx, 1_000);
+  if (!info) throw inProgress(1_000);
   switch (info.status) {
     case 'completed':
       try {
@@ -142,42 +115,40 @@ function fromLedger<Ctx>(call: QueuedCall<Ctx>, info: RunInfo | undefined): Queu
           replayed: true,
         };
       } catch (error) {
-        throw isStepkeyError(error) ? toServiceError(error, access, ctx, call.report) : internalServerError(error, call.report);
+        throw failure(error, call);
       }
     case 'errored':
-      markReplayed(access, ctx, 'workflow');
-      throw trpcErrorFromStored(info.error!);
+      return { kind: 'errored', error: info.error!, replayed: true };
     case 'cancelled':
-      markReplayed(access, ctx, 'workflow');
-      throw cancelledError(info.error?.message);
+      return { kind: 'cancelled', reason: info.error?.message, replayed: true };
     case 'waiting':
       if (info.wait) return { kind: 'accepted', wait: info.wait, replayed: true };
-      throw inProgress(access, ctx, 1_000);
+      throw inProgress(1_000);
     case 'needs_review':
-      throw inProgress(access, ctx, REVIEW_RETRY_AFTER_MS);
+      throw inProgress(REVIEW_RETRY_AFTER_MS);
     case 'running':
     case 'failed': {
       // Running somewhere (a failed run this call resumed included): the retry gets its answer.
       const leftMs = info.leaseExpiresAt ? info.leaseExpiresAt.getTime() - Date.now() : 1_000;
-      throw inProgress(access, ctx, Math.min(Math.max(leftMs, 1_000), 10_000));
+      throw inProgress(Math.min(Math.max(leftMs, 1_000), 10_000));
     }
   }
 }
 
-function cancelledError(reason: string | undefined): TRPCError {
-  return new TRPCError({ code: 'PRECONDITION_FAILED', message: `The operation for this key was cancelled: ${reason ?? 'cancelled'}` });
+function failure(error: unknown, call: QueuedCall): Refusal {
+  return isStepkeyError(error) ? refusalOf(error, call.report) : internalFailure(error, call.report);
 }
 
 /** A mismatch is 422; a queue the engine does not register is the server's bug, said plainly (500). */
-function enqueueFailure<Ctx>(error: unknown, call: QueuedCall<Ctx>): TRPCError {
+function enqueueFailure(error: unknown, call: QueuedCall): Refusal {
   if (isStepkeyError(error, 'mismatch')) {
     const existing = error.details.existing as Partial<KeyUse> | undefined;
-    return mismatch({ kind: existing?.kind ?? 'run', name: existing?.name ?? null }, { kind: 'run', name: call.workflow.name });
+    return mismatch({ kind: existing?.kind ?? 'run', name: existing?.name ?? null }, { kind: 'run', name: call.workflow.name }, call.noun);
   }
   if (isStepkeyError(error, 'invalid_options')) {
     // The procedure's own options (its queue, its priority), not the caller's input.
-    const failure = new StepkeyError('definition_error', `Procedure ${call.path}: ${error.message}`, { cause: error });
-    return new TRPCError({ code: 'INTERNAL_SERVER_ERROR', message: failure.message, cause: failure });
+    const definition = new StepkeyError('definition_error', `${call.noun === 'route' ? 'Route' : 'Procedure'} ${call.name}: ${error.message}`, { cause: error });
+    return new Refusal(500, definition.message, { cause: definition });
   }
-  return isStepkeyError(error) ? toServiceError(error, call.access, call.ctx, call.report) : internalServerError(error, call.report);
+  return failure(error, call);
 }

@@ -1,0 +1,35 @@
+/**
+ * A keyed call's fingerprints: what the call is for (a procedure path, a
+ * route's name) and its input as the caller sent it, minus declared volatile
+ * fields (keys/fingerprint.ts says what the versions cover). An input that
+ * cannot be fingerprinted is a 400, before anything is claimed.
+ */
+import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
+import { Refusal } from './refusal.js';
+
+/** A keyed call's fingerprint (v2: the input as sent), and its v1 form for rows stored before v2. */
+export interface RequestFingerprints {
+  fingerprint: string;
+  legacyFingerprint: () => string;
+}
+
+/**
+ * The fingerprints of a call: over the raw input (before a schema's defaults,
+ * so that a deploy that adds a defaulted field keeps retries identical) and,
+ * lazily, the legacy one over the validated input.
+ */
+export function fingerprintsOrBadRequest(
+  purpose: string,
+  input: { raw: unknown; validated: unknown },
+  exclude: readonly string[] | undefined,
+): RequestFingerprints {
+  const options = exclude ? { exclude: [...exclude] } : {};
+  try {
+    return {
+      fingerprint: purposeFingerprint(purpose, input.raw, options),
+      legacyFingerprint: () => legacyPurposeFingerprint(purpose, input.validated, options),
+    };
+  } catch (error) {
+    throw new Refusal(400, (error as Error).message, { cause: error });
+  }
+}
