@@ -15,7 +15,7 @@ import { instrument } from '../telemetry/instrumentation.js';
 import { enqueueRun } from './enqueue.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
-import type { DispatchedRun } from './sql/dispatch.js';
+import type { DispatchedRun } from '../lifecycle/dispatch.js';
 
 /** A run the enqueue itself started: executed without loading what its caller already holds. */
 export interface OwnRun {

@@ -32,7 +32,7 @@ import { isConnectionError } from '../errors/pg-errors.js';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
 import type { Ledger } from '../ledger/ledger.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import type { Workflow } from '../workflow/define.js';
 import { decodeValue, encodeValue } from '../workflow/values.js';
 import { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';

@@ -23,13 +23,13 @@
 import { TRPCError } from '@trpc/server';
 import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
 import type { Queue } from '../flow/define-queue.js';
-import { slotWait } from '../flow/slot-wait.js';
+import { slotWait } from '../lifecycle/slot-wait.js';
 import type { KeyRef } from '../ledger/types.js';
-import type { Engine, RunHandle } from '../workflow/engine.js';
+import type { Engine, RunHandle } from '../engine/engine.js';
 import type { Workflow } from '../workflow/define.js';
 import { decodeRunResult, REVIEW_RETRY_AFTER_MS } from '../workflow/outcomes.js';
-import type { RunInfo } from '../workflow/run-info.js';
-import { waitView, type RunWaitView } from '../workflow/waits/wait.js';
+import type { RunInfo } from '../read/run-info.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import { trpcErrorFromStored } from './error-policy.js';
 import { internalServerError, type ErrorReport } from './internal-error.js';
 import { inProgress, markReplayed, mismatch, type KeyUse } from './keyed-request.js';
@@ -148,6 +148,7 @@ function fromLedger<Ctx>(call: QueuedCall<Ctx>, info: RunInfo | undefined): Queu
       markReplayed(access, ctx, 'workflow');
       throw trpcErrorFromStored(info.error!);
     case 'cancelled':
+    case 'deadline_exceeded':
       markReplayed(access, ctx, 'workflow');
       throw cancelledError(info.error?.message);
     case 'waiting':

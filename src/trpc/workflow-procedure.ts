@@ -19,7 +19,7 @@ import type { RequestAccess } from './request-access.js';
 import { toServiceError } from './service-error.js';
 import { errorReport, internalServerError } from './internal-error.js';
 import { replayResult } from './replay-result.js';
-import type { RunWaitView } from '../workflow/waits/wait.js';
+import type { RunWaitView } from '../lifecycle/wait.js';
 import { answerQueued, queueNameOf, type QueueProcedureOptions } from './queued-workflow.js';
 
 type InputOf<W> = W extends Workflow<infer I> ? z.input<I> : never;

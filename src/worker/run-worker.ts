@@ -27,7 +27,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { retryHorizonMs, type Effect } from '../outbox/effect.js';
 import { effectTask } from '../outbox/inbox.js';
 import type { Workflow } from '../workflow/define.js';
-import { createEngine, type Engine } from '../workflow/engine.js';
+import { createEngine, type Engine } from '../engine/engine.js';
 import { superviseRunners, type RestartBackoff } from './pool-restarts.js';
 import { startPoolRun } from './pool-run.js';
 import { purgeExpired } from './purge.js';

@@ -34,7 +34,6 @@ import type { OutcomeToStore } from '../ledger/types.js';
 import { refreshLeaseStatement } from '../ledger/sql/finish.js';
 import { storeTraceContextStatement } from './sql/trace-context.js';
 import type { AttemptWrite } from './effects/attempts.js';
-import { afterGiveBack, giveBackWith } from '../flow/limit-release.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
@@ -84,7 +83,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
-    giveBack = giveBackWith(state, q, all);
+    giveBack = state.deps.limits?.giveBackWith(state, q, all);
     return [
       // Before the step rows: a completion among them gives the lease up, which this update requires.
       ...(state.traceToStore ? [storeTraceContextStatement(q, state.lease, state.traceToStore)] : []),
@@ -138,7 +137,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   state.traceToStore = undefined;
   for (const row of committed) state.finished.set(row.name, row);
   state.applyAttempts(written, Date.now() + state.deps.clock.offsetMs);
-  await afterGiveBack(state, giveBack);
+  await state.deps.limits?.afterGiveBack(state, giveBack);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }
 

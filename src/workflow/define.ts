@@ -21,7 +21,7 @@ import { assertValidStepName } from '../keys/validate.js';
 import { resolveRetryPolicy, DEFAULT_STEP_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
 import type { RunArguments } from './handles.js';
 import type { PreviousAttempt } from './effects/attempts.js';
-import type { Limit } from '../flow/define-limit.js';
+import type { StepLimitRef } from './step-limits.js';
 
 /** What a step's reconcile is given: the key the earlier attempts sent, and how they ended. */
 export interface ReconcileContext {
@@ -68,7 +68,7 @@ export interface StepOptions<Output extends AnySchema | undefined = AnySchema | 
    * `call` take a token and/or a slot from before their body runs, parking
    * the run until they can (src/flow/limit-acquire.ts). By object or name.
    */
-  limit?: Limit | string;
+  limit?: StepLimitRef | string;
 }
 
 /** A declared step. `Output` is its schema, or undefined for a plain JSON result. */
@@ -81,7 +81,7 @@ export interface StepDeclaration<Output extends AnySchema | undefined = AnySchem
   readonly atMostOnce: boolean;
   /** The limit's name, and its definition when the step was given the object. */
   readonly limit: string | undefined;
-  readonly limitDefinition: Limit | undefined;
+  readonly limitDefinition: StepLimitRef | undefined;
 }
 
 export function step<Output extends AnySchema>(name: string, options: StepOptions<Output> & { output: Output }): StepDeclaration<Output>;

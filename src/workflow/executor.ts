@@ -28,7 +28,7 @@ import type { Clock } from '../db/clock.js';
 import type { KeyRef } from '../ledger/types.js';
 import { Transaction } from '../db/transaction.js';
 import { lockParentStatement, wakeParentStatement } from './waits/sql/child-runs.js';
-import { waitView, type RunWaitView } from './waits/wait.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import { activeTraceContext, inSpan } from '../telemetry/tracing.js';
 import { runEnding, runSpan } from '../telemetry/spans.js';
 

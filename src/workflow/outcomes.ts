@@ -11,7 +11,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { LedgerRow } from '../ledger/sql/read.js';
 import type { KeyRef, LedgerKind, ParkedWait } from '../ledger/types.js';
-import { waitView, type RunWaitView } from './waits/wait.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import type { Settled } from './executor.js';
 import type { WorkflowRegistry } from './registry.js';
 import { decodeValue } from './values.js';

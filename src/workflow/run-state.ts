@@ -15,10 +15,10 @@ import type { StepRow } from './sql/step-rows.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { Workflow } from './define.js';
 import type { WorkflowRegistry } from './registry.js';
-import type { RunWait } from './waits/wait.js';
+import type { RunWait } from '../lifecycle/wait.js';
 import type { AttemptRecord, AttemptWrite } from './effects/attempts.js';
 import type { Logger } from '../log/logger.js';
-import type { LimitRegistry } from '../flow/limit-registry.js';
+import type { StepLimits } from './step-limits.js';
 
 export interface RunDeps {
   sql: Sql;
@@ -28,8 +28,8 @@ export interface RunDeps {
   hooks: EngineHooks;
   /** Where takeovers, resumes, retries and unknown outcomes are logged. */
   log: Logger;
-  /** The step limits the engine registers (src/flow). */
-  limits?: LimitRegistry;
+  /** The step limits the engine registers (src/flow), if any. */
+  limits?: StepLimits;
 }
 
 /** What steps need of the engine that runs them: the workflows it knows, and runs it starts or wakes. */

@@ -35,7 +35,7 @@ import { stepInstanceName } from '../keys/derive.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { inSpan } from '../telemetry/tracing.js';
 import { stepEnding, stepSpan } from '../telemetry/spans.js';
-import { commitAcquiring } from '../flow/limit-acquire.js';
+import { commitForAttempt } from './step-limits.js';
 
 /** An attempt's result: a value to record, or an error to record, or an error to retry. */
 export type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
@@ -300,7 +300,7 @@ export function runTxStep(
       let begun;
       try {
         // A limited step takes its token or slot first, or parks the run (src/flow/limit-acquire.ts).
-        if (declaration.limit !== undefined) await commitAcquiring(target, instance);
+        if (declaration.limit !== undefined) await commitForAttempt(target, instance);
         begun = await stepTransaction(state, instance, declaration.timeoutMs);
       } catch (error) {
         return { ok: false, error };

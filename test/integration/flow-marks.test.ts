@@ -17,7 +17,7 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { gates, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';

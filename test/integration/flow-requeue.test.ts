@@ -23,11 +23,11 @@ import { newRootKey } from '../../src/keys/derive.js';
 import { purposeFingerprint } from '../../src/keys/fingerprint.js';
 import { claimKey } from '../../src/ledger/claim.js';
 import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
-import { takeoverRow } from '../../src/ledger/sql/takeover.js';
-import { makeRunDue } from '../../src/actions/sql/make-due.js';
+import { takeOverRun } from '../../src/lifecycle/take-over.js';
+import { makeRunDue } from '../../src/lifecycle/resume.js';
 import { listQueues } from '../../src/read/sql/queues.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
@@ -306,7 +306,7 @@ describe('a failed queued run that is resumed', () => {
         const request = { ...ref, fingerprint, kind: 'run' as const, name: 'rq-flaky' };
         const racing =
           how === 'takeover'
-            ? takeoverRow(db().sql, systemClock, request, crypto.randomUUID(), 30_000)
+            ? takeOverRun(db().sql, systemClock, request, crypto.randomUUID(), 30_000)
             : makeRunDue(db().sql, systemClock, ref);
         // It waits for the holder's row lock.
         await expect.poll(async () => (await db().sql`

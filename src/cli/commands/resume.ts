@@ -8,9 +8,9 @@
 import { notResumedBecause, resumeRunAction } from '../../actions/resume-run.js';
 import { systemClock } from '../../db/clock.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
-import type { RunAttempt } from '../../workflow/engine.js';
-import { Engine } from '../../workflow/engine.js';
-import { readRunInfo } from '../../workflow/run-info.js';
+import type { RunAttempt } from '../../engine/engine.js';
+import { Engine } from '../../engine/engine.js';
+import { readRunInfo } from '../../read/run-info.js';
 import { cliActor } from '../actor.js';
 import { loadAppModule } from '../app-module.js';
 import { requiredFlag } from '../args.js';

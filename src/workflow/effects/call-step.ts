@@ -28,12 +28,12 @@ import { backoffDelay } from '../retry.js';
 import type { StepRow } from '../sql/step-rows.js';
 import { enterStep, replay, runStepBody, sleep, stepTimeout, type StepTarget } from '../steps.js';
 import { encodeChecked } from '../values.js';
-import { parkStatement } from '../waits/sql/park.js';
+import { parkStatement } from '../../lifecycle/park.js';
 import { nextAttemptNumber, previousAttempts, unresolvedUnknowns, type AttemptRecord, type AttemptWrite } from './attempts.js';
 import { wasCut } from './cut.js';
 import { inSpan } from '../../telemetry/tracing.js';
 import { stepSpan } from '../../telemetry/spans.js';
-import { commitAcquiring } from '../../flow/limit-acquire.js';
+import { commitForAttempt } from '../step-limits.js';
 
 type Tried = { ok: true; value: unknown; durationMs: number } | { ok: false; error: unknown; cut: boolean; durationMs: number };
 
@@ -101,7 +101,7 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
     if (!failure) {
       const number = nextAttemptNumber(records());
       // With the step's limit taken (or the run parked instead: src/flow/limit-acquire.ts).
-      await commitAcquiring(target, instance, { attempts: [{ write: 'start', step: instance, attempt: number, kind: 'call' }] });
+      await commitForAttempt(target, instance, { attempts: [{ write: 'start', step: instance, attempt: number, kind: 'call' }] });
       faultPoint('engine.before-call', declaration.name);
       const previous = previousAttempts(records().filter((record) => record.attempt !== number));
       const tried = await inSpan(callSpan(number), () => attempt(state, declaration.timeoutMs, instance, number, (signal) => fn({ key, signal, attempt: number, previous })), callEnding);

@@ -7,7 +7,7 @@ import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { AttemptRecord } from '../effects/attempts.js';
-import { waitFromColumns, type RunWait, type WaitColumns } from '../waits/wait.js';
+import { waitFromColumns, type RunWait, type WaitColumns } from '../../lifecycle/wait.js';
 
 export interface FinishedStep {
   ok: boolean;

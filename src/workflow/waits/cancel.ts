@@ -9,7 +9,7 @@ import type { Clock } from '../../db/clock.js';
 import { inTransaction, type TxSql } from '../../db/transaction.js';
 import { isTransientConflict } from '../../errors/pg-errors.js';
 import type { KeyRef } from '../../ledger/types.js';
-import { cancelRunsStatement, lockChainStatement } from '../sql/cancel-run.js';
+import { cancelRunsStatement, lockChainStatement } from '../../lifecycle/cancel.js';
 import { lockParentStatement, wakeParentStatement } from './sql/child-runs.js';
 
 export async function cancelRuns(

@@ -27,8 +27,8 @@ import { inSpan } from '../../telemetry/tracing.js';
 import { commitWaiting } from '../commit.js';
 import type { FinishedStep } from '../sql/load-run.js';
 import { enterStep, type EnteredStep, type StepTarget } from '../steps.js';
-import { lockRunStatement, parkStatement } from './sql/park.js';
-import type { RunWait } from './wait.js';
+import { lockRunStatement, parkStatement } from '../../lifecycle/park.js';
+import type { RunWait } from '../../lifecycle/wait.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 

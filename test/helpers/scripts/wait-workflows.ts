@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { Clock } from '../../../src/db/clock.js';
 import { connect } from '../../../src/db/connect.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 
 const clock = new Clock();
 clock.advance(Number(process.env.WAIT_CLOCK_OFFSET_MS ?? 0));

@@ -10,10 +10,10 @@
  * that comes later waits for the lock, finds the run parked and marks it
  * due. A wake-up is never lost between the read and the park.
  */
-import type { Queryable } from '../../../db/connect.js';
-import { type Clock, sqlNow } from '../../../db/clock.js';
-import type { Lease } from '../../../ledger/types.js';
-import type { RunWait } from '../wait.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { Lease } from '../ledger/types.js';
+import type { RunWait } from './wait.js';
 
 /**
  * Locks the run's row for the rest of the transaction, fenced by the lease

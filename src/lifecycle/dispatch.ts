@@ -22,8 +22,8 @@
  * in_progress — are one statement, so a slot never exists without its run
  * executing somewhere, and a run that starts from a queue always holds one.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
 
 export interface DispatchedRun {
   scope: string;

@@ -3,7 +3,7 @@
  * parked run that is on a queue without holding a slot is not theirs to
  * take, however due it is — only the queue's dispatch starts it (src/flow/sql/dispatch.ts).
  */
-import type { Queryable } from '../../db/connect.js';
+import type { Queryable } from '../db/connect.js';
 
 /** SQL: the run of ledger alias `alias` is on a queue and holds no slot. */
 export function queuedWithoutSlot(q: Queryable, alias: string) {

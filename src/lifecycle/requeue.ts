@@ -25,8 +25,8 @@
  * (ledger_flow_resume_guard, migration 0014).
  */
 import type postgres from 'postgres';
-import type { Queryable } from '../../db/connect.js';
-import { SLOT_WAIT_STEP_PREFIX } from '../slot-wait.js';
+import type { Queryable } from '../db/connect.js';
+import { SLOT_WAIT_STEP_PREFIX } from './slot-wait.js';
 
 type Fragment = postgres.PendingQuery<postgres.Row[]>;
 

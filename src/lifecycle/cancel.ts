@@ -16,9 +16,9 @@
  * committed, and the level below is read after that, so a child started by a
  * park that commits while the cancel waits is in the chain too.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
-import type { KeyRef } from '../../ledger/types.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
 
 /**
  * Locks the runs `keys` (waiting for a wait that holds one to commit) and

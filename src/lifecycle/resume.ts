@@ -14,10 +14,10 @@
  * for a claimant working under the key's advisory lock: then it changes
  * nothing.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
-import type { KeyRef } from '../../ledger/types.js';
-import { backInLine, lineOf, resumedSet } from '../../flow/sql/requeue.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
+import { backInLine, lineOf, resumedSet } from './requeue.js';
 
 export interface MadeDue {
   /** The run changed: it is due now. */

@@ -2,10 +2,10 @@
  * Leases of running runs: heartbeats, release on shutdown, and the sweeper
  * that takes over runs whose process died and parked runs that are due.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
-import type { KeyRef, Lease } from '../../ledger/types.js';
-import { queuedWithoutSlot } from '../../flow/sql/queued.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { KeyRef, Lease } from '../ledger/types.js';
+import { queuedWithoutSlot } from './queued.js';
 
 /**
  * Extends every lease this process holds, in one statement. Returns the ones

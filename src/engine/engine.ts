@@ -25,39 +25,40 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { newRootKey, storedRootKey } from '../keys/derive.js';
 import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
-import { claimKey, claimVacantKey, probeKey } from '../ledger/claim.js';
+import { probeKey } from '../ledger/claim.js';
+import { claimRun, claimVacantRun } from '../lifecycle/claim.js';
 import { DEFAULT_RETENTION_MS } from '../ledger/ledger.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
 import { failStatement } from '../ledger/sql/finish.js';
 import { readRow } from '../ledger/sql/read.js';
 import type { ClaimRequest, ClaimResult, KeyRef, Lease, LedgerKind } from '../ledger/types.js';
-import { takesLimits, type Workflow, type WorkflowResult } from './define.js';
-import { executeRun, wakeParentStatements, type Settled, type StepHandleExtension } from './executor.js';
-import { WorkflowRegistry } from './registry.js';
-import { readRunInfo, type RunInfo } from './run-info.js';
-import { RunState, type RunDeps } from './run-state.js';
+import { takesLimits, type Workflow, type WorkflowResult } from '../workflow/define.js';
+import { executeRun, wakeParentStatements, type Settled, type StepHandleExtension } from '../workflow/executor.js';
+import { WorkflowRegistry } from '../workflow/registry.js';
+import { readRunInfo, type RunInfo } from '../read/run-info.js';
+import { RunState, type RunDeps } from '../workflow/run-state.js';
 import { cancelRunAction } from '../actions/cancel-run.js';
 import { rerunAction } from '../actions/rerun-run.js';
 import { resolveRunAction } from '../actions/resolve-run.js';
 import type { ActionBy } from '../actions/sql/audit.js';
-import { isUnavailable, type StopReason } from './errors.js';
-import { loadRun, type FinishedStep } from './sql/load-run.js';
-import { expireRunLease, heartbeatRuns, stillParked, sweepExpiredRuns, wakeDueRun } from './sql/run-leases.js';
-import { summarise } from './values.js';
-import { mismatchError, parkedWait, replayFields, settledFromRow, toAttempt, unwrap, type RunAttempt } from './outcomes.js';
-import type { EventInput, EventName } from './define.js';
-import type { RunRef } from './handles.js';
-import type { ChildStart, RunStateOptions } from './run-state.js';
-import { sendEvent, type Sent } from './waits/send.js';
-import { waitStepKinds } from './waits/step-kinds.js';
-import type { RunWaitView } from './waits/wait.js';
+import { isUnavailable, type StopReason } from '../workflow/errors.js';
+import { loadRun, type FinishedStep } from '../workflow/sql/load-run.js';
+import { expireRunLease, heartbeatRuns, stillParked, sweepExpiredRuns, wakeDueRun } from '../lifecycle/leases.js';
+import { summarise } from '../workflow/values.js';
+import { mismatchError, parkedWait, replayFields, settledFromRow, toAttempt, unwrap, type RunAttempt } from '../workflow/outcomes.js';
+import type { EventInput, EventName } from '../workflow/define.js';
+import type { RunRef } from '../workflow/handles.js';
+import type { ChildStart, RunStateOptions } from '../workflow/run-state.js';
+import { sendEvent, type Sent } from '../workflow/waits/send.js';
+import { waitStepKinds } from '../workflow/waits/step-kinds.js';
+import type { RunWaitView } from '../lifecycle/wait.js';
 import { enqueueStep } from '../outbox/enqueue-step.js';
 import { resolveLogger, type Logger } from '../log/logger.js';
-import type { Resolution, Resolved } from './effects/resolve.js';
-import type { RerunOptions } from './rerun/rerun.js';
+import type { Resolution, Resolved } from '../workflow/effects/resolve.js';
+import type { RerunOptions } from '../workflow/rerun/rerun.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { activeTraceContext } from '../telemetry/tracing.js';
-import { WakeTimers } from './waits/wake-timers.js';
+import { WakeTimers } from '../workflow/waits/wake-timers.js';
 import type { Queue } from '../flow/define-queue.js';
 import type { Limit } from '../flow/define-limit.js';
 import { FlowControl } from '../flow/flow-control.js';
@@ -107,7 +108,7 @@ export interface RunOptions {
   exclude?: string[];
 }
 
-export type { RunAttempt } from './outcomes.js';
+export type { RunAttempt } from '../workflow/outcomes.js';
 
 export interface RunHandle<Result, W extends Workflow = Workflow> extends KeyRef {
   /** Its workflow: a handle is a typed ref for `engine.send`. */
@@ -351,7 +352,7 @@ export class Engine {
     const row = await this.#db('reading a run', () => readRow(this.sql, ref));
     if (!row || row.kind !== 'run') throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'.`);
     const claim = await this.#db('resuming a run', () =>
-      claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
+      claimRun(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
     );
     if (claim.state === 'vacant') throw new StepkeyError('run_not_found', `Run '${ref.key}' in scope '${ref.scope}' is gone (expired).`);
     if (claim.state === 'owned') {
@@ -581,8 +582,8 @@ export class Engine {
       claim =
         known ??
         (opening
-          ? await claimVacantKey(opening.sql, this.clock, request, { leaseMs: this.leaseMs })
-          : await claimKey(this.sql, this.clock, request, { leaseMs: this.leaseMs }));
+          ? await claimVacantRun(opening.sql, this.clock, request, { leaseMs: this.leaseMs })
+          : await claimRun(this.sql, this.clock, request, { leaseMs: this.leaseMs }));
     } catch (error) {
       opening?.abandon();
       throw translateDatabaseError(error, action);
@@ -909,7 +910,7 @@ export class Engine {
       const leaseLeftMs = (row.lockedUntil ?? 0) - (Date.now() + this.clock.offsetMs);
       if (leaseLeftMs <= 0 && !this.#closing) {
         const claim = await this.#db('resuming a run', () =>
-          claimKey(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
+          claimRun(this.sql, this.clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
         );
         if (claim.state === 'owned') return this.#track(claim.lease, () => this.#resumeOwned(claim.lease));
       }
