@@ -21,7 +21,7 @@ import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
 import { purposeFingerprint } from '../../src/keys/fingerprint.js';
-import { claimKey } from '../../src/ledger/claim.js';
+import { claimRun } from '../../src/lifecycle/claim.js';
 import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
 import { takeOverRun } from '../../src/lifecycle/take-over.js';
 import { makeRunDue } from '../../src/lifecycle/resume.js';
@@ -317,7 +317,7 @@ describe('a failed queued run that is resumed', () => {
         expect(await status(db().sql, ref)).toEqual({ status: 'failed', wait_kind: null, lease_token: null });
         // Read again, the failed run is parked for a slot, its entry back in line.
         if (how === 'takeover') {
-          expect(await claimKey(db().sql, systemClock, request, { leaseMs: 30_000 })).toMatchObject({ state: 'waiting', resumed: true, wait: { kind: 'slot' } });
+          expect(await claimRun(db().sql, systemClock, request, { leaseMs: 30_000 })).toMatchObject({ state: 'waiting', resumed: true, wait: { kind: 'slot' } });
         } else {
           expect(await makeRunDue(db().sql, systemClock, ref)).toEqual({ applied: true, busy: false, expired: false });
         }
