@@ -53,14 +53,14 @@ export async function commitAcquiring(registry: LimitRegistry, target: StepTarge
       slot = row.slot;
       return extra;
     }
-    wait = { kind: 'limit', step: instance, for: limitWaitFor(limit.name, partition), wakeAtMs: row.retry_at_ms };
+    wait = { kind: 'limit', step: instance, for: limitWaitFor(limit.name, partition), untilMs: row.retry_at_ms };
     const parked = wait;
-    return { statements: (tx) => [parkStatement(tx, state.deps.clock, state.lease, parked)] };
+    return { statements: (tx) => [parkStatement(tx, state.deps.clock, state.lease, parked, { holds: state.holdsFlow })] };
   });
   if (wait) {
     faultPoint('engine.after-park', declaration.name);
-    throw state.park(wait);
+    throw state.control.park(wait);
   }
-  if (slot) state.limitHold = { step: instance };
+  if (slot) state.buffer.limitHold = { step: instance };
   faultPoint('engine.after-limit-acquire', declaration.name);
 }

@@ -93,7 +93,7 @@ export async function claimKey(
       case 'vacant':
         return { state: 'vacant' };
       case 'owned':
-        return { state: 'owned', lease, attempts: row.attempts, resumed: false, rootKey: request.rootKey ?? null };
+        return { state: 'owned', lease, attempts: row.attempts, resumed: false, rootKey: request.rootKey ?? null, deadlineAtMs: row.deadline_at_ms };
       case 'mismatch': {
         // A row stored under an older fingerprint version is compared the way it was computed.
         const legacy = !legacyTried && isLegacyFingerprint(row.stored_fingerprint) ? request.legacyFingerprint?.() : undefined;
@@ -122,7 +122,7 @@ export async function claimKey(
           // A failed run on a queue: resumed, but waiting for a slot (see sql/takeover.ts).
           return {
             state: 'waiting',
-            wait: { kind: taken.waitKind ?? 'slot', step: taken.waitStep ?? '', for: taken.waitFor, wakeAtMs: null },
+            wait: { kind: taken.waitKind ?? 'slot', step: taken.waitStep ?? '', for: taken.waitFor, untilMs: null },
             resumed: true,
             rootKey: taken.rootKey,
             version: taken.version,
@@ -148,7 +148,7 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
       return {
         state: 'replay',
         outcome: {
-          status: row.status === 'cancelled' ? 'cancelled' : 'completed',
+          status: row.status === 'cancelled' || row.status === 'deadline_exceeded' ? row.status : 'completed',
           ok: row.outcome_ok ?? false,
           body: row.outcome ?? '',
           code: row.outcome_code,
@@ -160,7 +160,7 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
     case 'waiting':
       return {
         state: 'waiting',
-        wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, wakeAtMs: row.wake_at_ms },
+        wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, untilMs: row.wait_until_ms },
         ...existing,
       };
   }
@@ -202,5 +202,6 @@ export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimR
     attempts: inserted.attempts,
     resumed: false,
     rootKey: request.rootKey ?? null,
+    deadlineAtMs: inserted.deadline_at_ms,
   };
 }

@@ -138,7 +138,7 @@ export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | 
     ],
   };
   if (row.status === 'waiting' && row.waitKind && row.waitStep) {
-    info.wait = waitView({ kind: row.waitKind, step: row.waitStep, for: row.waitFor, wakeAtMs: row.wakeAt });
+    info.wait = waitView({ kind: row.waitKind, step: row.waitStep, for: row.waitFor, untilMs: row.wakeAt });
   }
   if (place) info.queue = place;
   if (row.outcomeOk && row.status === 'completed') info.output = row.outcome ?? '';

@@ -100,7 +100,9 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
         if (attempt.replayed) markReplayed(access, ctx, 'workflow');
         throw trpcErrorFromStored(attempt.error);
       case 'cancelled':
+      case 'deadline_exceeded':
         // Cancelled under this very call (an operator stopped the run it executed): its first answer.
+        // A run past its deadline is answered as a cancelled one, saying so.
         if (attempt.replayed) markReplayed(access, ctx, 'workflow');
         throw new TRPCError({ code: 'PRECONDITION_FAILED', message: `The operation for this key was cancelled: ${attempt.reason.message}` });
       case 'waiting':

@@ -113,6 +113,9 @@ function report(context: CliContext, scope: string, key: string, attempt: RunAtt
     case 'cancelled':
       context.line(`${name} was cancelled: ${attempt.reason.message}`);
       break;
+    case 'deadline_exceeded':
+      context.line(`${name} did not finish before its deadline; it cannot be resumed (rerun it, with a new deadline).`);
+      break;
     case 'waiting':
       context.line(
         attempt.wait.kind === 'slot'

@@ -31,6 +31,16 @@ export const ledger = stepkeySchema.table(
     waitStep: text('wait_step'),
     waitFor: text('wait_for'),
     wakeAt: at('wake_at'),
+    /**
+     * Two times, one meaning each: `wait_until` is when the wait itself ends
+     * (a timer's time, an event's timeout, a limit's next try; null when only
+     * something else ends it), `wake_at` when any sweeper may take the row —
+     * the earlier of that and the run's deadline, or now once something
+     * marked it due (an event, a child's end, a slot, a resolution).
+     */
+    waitUntil: at('wait_until'),
+    /** When the run ends as deadline_exceeded if it has not ended before (null: no deadline). */
+    deadlineAt: at('deadline_at'),
     /** A child run's parent run (its key in the same scope). */
     parentRun: text('parent_run'),
     /** A rerun: the run it was started from (its key, same scope) and the step it executes again from. */
@@ -76,6 +86,8 @@ export const ledger = stepkeySchema.table(
     index('ledger_children_idx').on(t.scope, t.parentKey).where(sql`${t.parentKey} is not null`),
     // Runs whose lease may have expired, for the sweeper.
     index('ledger_run_leases_idx').on(t.lockedUntil).where(sql`${t.status} = 'in_progress' and ${t.kind} = 'run'`),
+    // Runs with a deadline that have not ended, by deadline: the sweep ends the ones past it.
+    index('ledger_deadlines_idx').on(t.deadlineAt).where(sql`${t.deadlineAt} is not null and ${t.status} in ('in_progress', 'waiting', 'failed')`),
     // Parked runs by wake time: the sweeper's due runs are one range scan.
     index('ledger_due_idx').on(t.wakeAt).where(sql`${t.status} = 'waiting'`),
     // Runs parked on a step limit, oldest first: a slot given back wakes the first (src/flow/limits).
@@ -94,13 +106,13 @@ export const ledger = stepkeySchema.table(
     index('ledger_runs_unsuccessful_idx')
       .on(t.createdAt, t.scope, t.key)
       .where(
-        sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
+        sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or ${t.status} = 'deadline_exceeded' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
       ),
     // The same runs of one workflow, newest first: a workflow's failed runs without reading every failed run.
     index('ledger_runs_unsuccessful_workflow_idx')
       .on(t.name, t.createdAt, t.scope, t.key)
       .where(
-        sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
+        sql`${t.kind} = 'run' and (${t.status} = 'failed' or ${t.status} = 'cancelled' or ${t.status} = 'deadline_exceeded' or (${t.status} = 'completed' and not ${t.outcomeOk}))`,
       ),
   ],
 );

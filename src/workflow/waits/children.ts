@@ -111,10 +111,10 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
       const key = childRunKey(stepKey);
       const [child] = await readChildStatement(q, state.lease.scope, key);
       if (!child) {
-        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, untilMs: null } };
       }
       const ended = childOutcome(child, { scope: state.lease.scope, key, workflow: child.name });
-      return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+      return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, untilMs: null } };
     },
     decode,
   );
@@ -151,7 +151,8 @@ function childOutcome(child: ChildRow, ref: { scope: string; key: string; workfl
     case 'completed':
       return child.outcome_ok ? { ok: true, body: child.outcome ?? '' } : end('errored', JSON.parse(child.outcome ?? '{}'));
     case 'cancelled':
-      return end('cancelled', JSON.parse(child.outcome ?? '{}'));
+    case 'deadline_exceeded':
+      return end(child.status, JSON.parse(child.outcome ?? '{}'));
     case 'failed':
       return end('failed', JSON.parse(child.last_error ?? '{}'));
     default:

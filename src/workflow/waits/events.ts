@@ -52,10 +52,10 @@ export function waitForEventStep(target: StepTarget, workflow: Workflow, topic: 
       if (message) {
         return { finish: { ok: true, body: `{"type":"event","key":${JSON.stringify(message.sender_key)},"payload":${message.payload}}` } };
       }
-      const recorded = state.recordedWait(instance, 'event');
-      const deadline = recorded ? recorded.wakeAtMs : timeoutMs === undefined ? null : nowMs + timeoutMs;
+      const recorded = state.record.recordedWait(instance, 'event');
+      const deadline = recorded ? recorded.untilMs : timeoutMs === undefined ? null : nowMs + timeoutMs;
       if (deadline !== null && deadline <= nowMs) return { finish: { ok: true, body: '{"type":"timeout"}' } };
-      return { park: { kind: 'event', step: instance, for: topic, wakeAtMs: deadline } };
+      return { park: { kind: 'event', step: instance, for: topic, untilMs: deadline } };
     },
     decode,
   );

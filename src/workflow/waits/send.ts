@@ -16,7 +16,8 @@ import { toJsonText } from '../../ledger/outcome.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunDeps } from '../run-state.js';
 import { summarise } from '../values.js';
-import { insertMessageStatement, lockTargetRun, wakeForEventStatement, type TargetRun } from './sql/mailbox.js';
+import { insertMessageStatement, lockTargetRun, type TargetRun } from './sql/mailbox.js';
+import { wakeForEventStatement } from '../../lifecycle/wake.js';
 
 /** What a send did. */
 export interface Sent {

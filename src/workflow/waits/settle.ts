@@ -66,7 +66,7 @@ export function runWait(
   return enterStep(
     target,
     async (entered) => {
-      state.throwIfStopped();
+      state.control.throwIfStopped();
       faultPoint('engine.before-step', declaration.name);
       // Settled by what was loaded: recorded with the run's next commit, not here.
       let joinsNextCommit = false;
@@ -87,7 +87,7 @@ export function runWait(
             const { finish, park, statements } = decided;
             return {
               rows: finish ? [{ key: entered.key, name: entered.instance, ok: finish.ok, body: finish.body, attempts: 1 }] : [],
-              statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park)] : [])],
+              statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park, { holds: state.holdsFlow })] : [])],
             };
           });
           decided.after?.();
@@ -97,10 +97,10 @@ export function runWait(
       );
       if (decision.park) {
         faultPoint('engine.after-park', declaration.name);
-        throw state.park(decision.park);
+        throw state.control.park(decision.park);
       }
       if (!joinsNextCommit) faultPoint('engine.after-step-commit', declaration.name);
-      return decode(state.finished.get(entered.instance)!, entered.instance);
+      return decode(state.record.finished.get(entered.instance)!, entered.instance);
     },
     decode,
   );

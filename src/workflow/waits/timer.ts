@@ -29,21 +29,21 @@ export function sleepUntilStep(target: StepTarget, date: Date, use: StepUse | un
 
 function timer(target: StepTarget, wakeAt: (nowMs: number) => number): Promise<void> {
   const { state } = target;
-  const over = (wakeAtMs: number) => ({ ok: true, body: JSON.stringify({ until: new Date(wakeAtMs).toISOString() }) });
+  const over = (untilMs: number) => ({ ok: true, body: JSON.stringify({ until: new Date(untilMs).toISOString() }) });
   return runWait(
     target,
     'sleep',
     async ({ instance }, _q, nowMs) => {
-      const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs ?? wakeAt(nowMs);
-      if (wakeAtMs <= nowMs) return { finish: over(wakeAtMs) };
-      return { park: { kind: 'timer', step: instance, for: null, wakeAtMs } };
+      const untilMs = state.record.recordedWait(instance, 'timer')?.untilMs ?? wakeAt(nowMs);
+      if (untilMs <= nowMs) return { finish: over(untilMs) };
+      return { park: { kind: 'timer', step: instance, for: null, untilMs } };
     },
     () => undefined,
     // Woken at its time: the run was loaded after its wake time, by stepkey's clock.
     ({ instance }) => {
-      const wakeAtMs = state.recordedWait(instance, 'timer')?.wakeAtMs;
-      if (wakeAtMs == null || state.loadedAtMs === undefined || wakeAtMs > state.loadedAtMs) return undefined;
-      return over(wakeAtMs);
+      const untilMs = state.record.recordedWait(instance, 'timer')?.untilMs;
+      if (untilMs == null || state.record.loadedAtMs === undefined || untilMs > state.record.loadedAtMs) return undefined;
+      return over(untilMs);
     },
   ) as Promise<void>;
 }

@@ -7,10 +7,10 @@
  * - A child is started once: its row is inserted (a plain INSERT, so a second
  *   start rolls the whole transaction back) in the transaction that records
  *   the parent's step — the parent waiting for it, or the ref it returned.
- * - A child's end wakes its parent without a lost wake-up: the ending
- *   transaction locks the parent's row (lockParentStatement) before it marks
- *   the parent due, and only if the parent is parked on this child; a parent
- *   that decides to wait locks its own row before it reads the child.
+ * - A child's end wakes its parent without a lost wake-up (lifecycle/wake.ts):
+ *   the ending transaction locks the parent's row before it marks the parent
+ *   due, and only if the parent is parked on this child; a parent that
+ *   decides to wait locks its own row before it reads the child.
  */
 import type { Queryable } from '../../../db/connect.js';
 import { type Clock, sqlNow } from '../../../db/clock.js';
@@ -62,19 +62,4 @@ export function readChildStatement(q: Queryable, scope: string, key: string) {
     select status, outcome, outcome_ok, last_error, name, version
       from stepkey.ledger
      where scope = ${scope} and key = ${key} and kind = 'run'`;
-}
-
-/** Locks the parent's row until the child's ending transaction commits. */
-export function lockParentStatement(q: Queryable, scope: string, parentRun: string) {
-  return q`select 1 from stepkey.ledger where scope = ${scope} and key = ${parentRun} for no key update`;
-}
-
-/** Marks the parent due if it is parked waiting for this child. */
-export function wakeParentStatement(q: Queryable, clock: Clock, scope: string, parentRun: string, childKey: string) {
-  const now = sqlNow(q, clock);
-  return q`
-    update stepkey.ledger
-       set wake_at = ${now}
-     where scope = ${scope} and key = ${parentRun}
-       and status = 'waiting' and wait_kind = 'child' and wait_for = ${childKey}`;
 }
