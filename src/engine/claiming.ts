@@ -52,14 +52,13 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
   const fingerprints = fingerprintsOf(definition.name, input, parsed.data, options);
   const root = newRootKey(ref.scope, ref.key);
   const action = `starting workflow '${definition.name}'`;
-  const holdsFlow = takesLimits(definition);
   const request: ClaimRequest = {
     ...ref,
     ...fingerprints,
     kind: 'run',
     name: definition.name,
     // A run that takes no limit and is not enqueued never holds a slot: its transitions skip giving them back.
-    run: { version: definition.version, input: inputText, traceContext: activeTraceContext(), flow: holdsFlow, ...(deadline ? { deadline } : {}) },
+    run: { version: definition.version, input: inputText, traceContext: activeTraceContext(), flow: takesLimits(definition), ...(deadline ? { deadline } : {}) },
     rootKey: root,
   };
   const { sql, clock, settings } = core;
@@ -85,7 +84,6 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
         finished: new Map(),
         opening,
         storesTrace: request.run?.traceContext === null,
-        holdsFlow,
         deadlineAtMs: claim.deadlineAtMs ?? null,
       }),
     );

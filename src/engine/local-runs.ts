@@ -18,7 +18,7 @@ import { expireRunLease } from '../lifecycle/leases.js';
 import { endTree } from '../lifecycle/tree.js';
 import { wakeParentStatements } from '../lifecycle/wake.js';
 import { instrument } from '../telemetry/instrumentation.js';
-import { takesLimits, type Workflow } from '../workflow/define.js';
+import type { Workflow } from '../workflow/define.js';
 import { isUnavailable, type StopReason } from '../workflow/errors.js';
 import { executeRun, type Settled } from '../workflow/executor.js';
 import { settledFromRow } from '../workflow/outcomes.js';
@@ -130,7 +130,6 @@ export class LocalRuns {
         rootKey: child.rootKey,
         finished: new Map(),
         parentRun: child.parentRun,
-        holdsFlow: takesLimits(child.workflow),
       }),
     ).catch((error: unknown) => this.#core.onError(error, `executing child run '${child.lease.key}'`));
   }
@@ -142,7 +141,7 @@ export class LocalRuns {
     await inDatabase('failing a run', async () => {
       const failing = await Transaction.begin(sql, { acquireTimeoutMs: settings.leaseMs });
       await failing.commit(
-        failRunStatement(failing.sql, clock, lease, toJsonText(stored, 'error'), { retentionMs: settings.retentionMs, holds: true }),
+        failRunStatement(failing.sql, clock, lease, toJsonText(stored, 'error'), { retentionMs: settings.retentionMs }),
         ...wakeParentStatements(failing.sql, clock, lease, parentRun),
       );
     });
@@ -248,7 +247,6 @@ function loadedOptions(lease: Lease, loaded: LoadedRun): RunStateOptions {
     loadedAtMs: loaded.loadedAtMs,
     parentRun: loaded.parentRun,
     trace: loaded.trace,
-    holdsFlow: loaded.holdsFlow,
     deadlineAtMs: loaded.deadlineAtMs,
   };
 }

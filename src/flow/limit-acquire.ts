@@ -55,7 +55,7 @@ export async function commitAcquiring(registry: LimitRegistry, target: StepTarge
     }
     wait = { kind: 'limit', step: instance, for: limitWaitFor(limit.name, partition), untilMs: row.retry_at_ms };
     const parked = wait;
-    return { statements: (tx) => [parkStatement(tx, state.deps.clock, state.lease, parked, { holds: state.holdsFlow })] };
+    return { statements: (tx) => [parkStatement(tx, state.deps.clock, state.lease, parked)] };
   });
   if (wait) {
     faultPoint('engine.after-park', declaration.name);

@@ -17,15 +17,15 @@ import { giveBackHolds } from './holds.js';
 
 /**
  * Appends `completed as (<the fenced UPDATE>)` — returning one row when it
- * wrote — and, when the run may hold anything, the give-back of its holds
- * (the final SELECT then reads holds.ts's `holdsRead`).
+ * wrote — and the give-back of its holds
+ * (the final SELECT reads holds.ts's `holdsRead`).
  */
 export function completeRun(
   b: StatementText,
   clock: Clock,
   lease: Lease,
   outcome: OutcomeToStore,
-  options: { retentionMs: number; holds: boolean },
+  options: { retentionMs: number },
 ): void {
   const now = b.now(clock);
   b.sql`completed as (
@@ -41,7 +41,7 @@ export function completeRun(
              expires_at = ${now} + ${options.retentionMs}::float8 * interval '1 millisecond'
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1
+      returning scope, key
     )`;
-  if (options.holds) giveBackHolds(b, lease, 'end', 'completed');
+  giveBackHolds(b, lease, 'end', 'completed');
 }

@@ -22,7 +22,7 @@ export function failRunStatement(
   clock: Clock,
   lease: Lease,
   lastError: string,
-  options: { retentionMs: number; holds: boolean },
+  options: { retentionMs: number },
 ) {
   const b = new StatementText();
   const now = b.now(clock);
@@ -37,10 +37,10 @@ export function failRunStatement(
              expires_at = ${now} + ${options.retentionMs}::float8 * interval '1 millisecond'
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1
+      returning scope, key
     )`;
-  if (options.holds) giveBackHolds(b, lease, 'fail');
+  giveBackHolds(b, lease, 'fail');
   b.sql`
-    select 1 as failed from moved${new SqlText(options.holds ? ` where ${holdsRead} >= 0` : '')}`;
+    select 1 as failed from moved where ${new SqlText(holdsRead)} >= 0`;
   return b.query(q);
 }

@@ -16,8 +16,7 @@
  * appended after the transition's `moved` CTE, which returns the run's row
  * when the transition applied; the statement's final SELECT must read
  * `holdsRead` so that the give-back runs (a SELECT CTE nobody reads is never
- * run). A run that never holds anything (no limited step, not enqueued: its
- * execution knows) is moved without them.
+ * run). Whatever the run was marked (`flow`), what it holds is given back.
  */
 import { SqlText, type StatementText } from '../db/statement-text.js';
 import type { KeyRef } from '../ledger/types.js';
@@ -39,8 +38,13 @@ export function giveBackHolds(b: StatementText, ref: KeyRef, how: HoldsGivenBack
          and exists (select 1 from ${raw(moved)})
       returning 1)`;
   }
+  // The limit give-back runs only for a run that holds a slot: a run that holds none (most runs)
+  // costs one index probe here, not a function call.
   b.sql`, holds_limits as (
-      select g.woken_scope, g.woken_key from ${raw(moved)}, stepkey.limit_give_back(${ref.scope}, ${ref.key}, null, null) g)`;
+      select g.woken_scope, g.woken_key
+        from (select m.scope, m.key from ${raw(moved)} m
+               where exists (select 1 from stepkey.limit_slots s where s.scope = ${ref.scope} and s.key = ${ref.key})) held,
+             lateral stepkey.limit_give_back(held.scope, held.key, null, null) g)`;
 }
 
 /** What the final SELECT reads so that the give-back runs: the number of runs a limit slot given back marked due. */

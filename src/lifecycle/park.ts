@@ -37,13 +37,13 @@ export function lockRunStatement(q: Queryable, clock: Clock, lease: Lease) {
  * Park: the run becomes `waiting` with its wait, no lease, no expiry. Its
  * wait's own end is `wait_until`; any sweeper may take it at `wake_at`, the
  * earlier of that and the run's deadline (computed here, from the row). What
- * it holds is given back (holds.ts), when it may hold anything: a queue slot
- * — unless it parks for one — and its limit slots.
+ * it holds is given back (holds.ts): a queue slot — unless it parks for one
+ * — and its limit slots.
  * Guarantee: only by the lease holder (SKL01 otherwise), as the last write of
  * the transaction that records everything the run did before it (the step
  * rows before it are fenced by the same, still valid, lease).
  */
-export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait, options: { holds?: boolean } = {}) {
+export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait) {
   const b = new StatementText();
   const now = b.now(clock);
   b.sql`
@@ -61,9 +61,9 @@ export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: Ru
              updated_at = ${now}
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1
+      returning scope, key
     )`;
-  const holds = options.holds === true && wait.kind !== 'slot';
+  const holds = wait.kind !== 'slot';
   if (holds) giveBackHolds(b, lease, 'park');
   b.sql`
     select stepkey.lease_held((select count(*) from moved))${new SqlText(holds ? `, ${holdsRead} as woken` : '')}`;

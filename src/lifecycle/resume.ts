@@ -14,6 +14,7 @@
  * for a claimant working under the key's advisory lock: then it changes
  * nothing.
  */
+import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow } from '../db/clock.js';
 import type { KeyRef } from '../ledger/types.js';
@@ -33,10 +34,10 @@ export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promi
   const [row] = await q<MadeDue[]>`
     with lock as materialized (
       select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)) as held
-    ), line as materialized (${lineOf(q, ref.scope, ref.key)}
+    ), line as materialized (${lineOf(q, ref.scope, ref.key, { token: randomUUID(), lockedUntil: now })}
     ), made as (
       update stepkey.ledger l
-         set ${resumedSet(q, { token: q`gen_random_uuid()`, lockedUntil: now })},
+         set ${resumedSet(q)},
              expires_at = null,
              updated_at = ${now}
         from line

@@ -34,10 +34,10 @@ export async function takeOverRun(
 ): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
   const rows = await q<TakenOver[]>`
-    with line as materialized (${lineOf(q, request.scope, request.key)}
+    with line as materialized (${lineOf(q, request.scope, request.key, { token, lockedUntil: q`${now} + ${leaseMs}::float8 * interval '1 millisecond'` })}
     ), taken as (
       update stepkey.ledger l
-         set ${resumedSet(q, { token: q`${token}::uuid`, lockedUntil: q`${now} + ${leaseMs}::float8 * interval '1 millisecond'` })},
+         set ${resumedSet(q)},
              attempts = l.attempts + 1,
              expires_at = null,
              updated_at = ${now}

@@ -72,7 +72,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   const staleStart = carriesStart && Date.now() + state.deps.clock.offsetMs - state.control.claimedAt > state.deps.leaseMs / 3;
   // The start's own transaction inserted the run's row: nobody else can touch it before COMMIT.
   const fence: StepRowsFence = extra.complete
-    ? { kind: 'complete', ...extra.complete, holds: state.holdsFlow }
+    ? { kind: 'complete', ...extra.complete }
     : carriesStart
       ? { kind: 'ownStart' }
       : { kind: 'share' };

@@ -145,7 +145,7 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
     if (unkept !== undefined) throw unkept;
     const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
     const [rows] = await failing.commit(
-      failRunStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), { retentionMs: state.deps.retentionMs, holds: state.holdsFlow }),
+      failRunStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), { retentionMs: state.deps.retentionMs }),
       ...wakeParent(state, failing.sql),
     );
     if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };

@@ -66,13 +66,6 @@ export interface RunStateOptions {
   /** A loaded run's trace, which this execution's span continues; absent for a new run (its span's parent is the active one). */
   trace?: RunTrace;
   /**
-   * Whether the run may hold a queue slot or limit slots (it is on a queue, or
-   * a step of it takes a limit): then the transitions that park or end it give
-   * them back (lifecycle/holds.ts). Default true: only a run known to hold
-   * nothing skips that.
-   */
-  holdsFlow?: boolean;
-  /**
    * The run's row stores no trace context (a new run started outside any
    * span): this execution stores its own span's, so that later executions
    * join its trace. Default: true for a loaded run whose trace has no context.
@@ -91,8 +84,6 @@ export class RunState {
   /** The loaded run's trace (see RunStateOptions.trace). */
   readonly trace: RunTrace | undefined;
   readonly storesTrace: boolean;
-  /** See RunStateOptions.holdsFlow. */
-  readonly holdsFlow: boolean;
   /** The run's input (a step limit's partitionBy reads it); set when the execution begins. */
   input: unknown;
   readonly control: ExecutionControl;
@@ -106,7 +97,6 @@ export class RunState {
     this.parentRun = options.parentRun ?? null;
     this.trace = options.trace;
     this.storesTrace = options.storesTrace ?? (options.trace !== undefined && options.trace.context === null);
-    this.holdsFlow = options.holdsFlow ?? true;
     const deadline =
       options.deadlineAtMs === undefined || options.deadlineAtMs === null
         ? undefined

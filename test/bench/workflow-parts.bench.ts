@@ -151,7 +151,7 @@ function engineSql(sql: Sql, throughTransaction: boolean, startSavepoint = false
     await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'b', 1), [], { kind: 'share' }));
     tx = await begin(false);
     await tx.q`insert into bench_rows (n) values (${i})`;
-    const complete = { kind: 'complete' as const, outcome: { ok: true, body: String(i) }, retentionMs: 86_400_000, holds: false };
+    const complete = { kind: 'complete' as const, outcome: { ok: true, body: String(i) }, retentionMs: 86_400_000 };
     await tx.commit(insertStepRowsStatement(tx.q, clock, lease, row(root, 'c', 2), [], complete));
   };
 }

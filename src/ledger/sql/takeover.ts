@@ -82,7 +82,7 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
     ), ended_children as (
       select c.scope, c.key
         from stepkey.ledger c join root r on c.scope = r.scope and c.parent_run = r.key
-       where c.status in ('completed', 'cancelled', 'failed')
+       where c.status in ('completed', 'cancelled', 'deadline_exceeded', 'failed')
          -- as the purge: a child being resumed right now is skipped, kept with its steps
          for update of c skip locked
     ), gone as (

@@ -88,7 +88,7 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
         else failure = looked;
       } else if (declaration.atMostOnce) {
         const wait = { kind: 'review' as const, step: instance, for: null, untilMs: null };
-        await commitWaiting(state, { statements: (q) => [parkStatement(q, state.deps.clock, state.lease, wait, { holds: state.holdsFlow })] });
+        await commitWaiting(state, { statements: (q) => [parkStatement(q, state.deps.clock, state.lease, wait)] });
         state.deps.log.warn(
           { event: 'call.needs_review', scope: state.lease.scope, run: state.lease.key, step: instance },
           `run '${state.lease.key}' needs review: step '${instance}' is at most once and an attempt's outcome is unknown`,

@@ -31,8 +31,6 @@ export interface LoadedRun {
   loadedAtMs: number;
   /** A child run's parent (its key in the same scope). */
   parentRun: string | null;
-  /** Whether it may hold a queue or limit slot (see RunStateOptions.holdsFlow). */
-  holdsFlow: boolean;
   /** Its deadline (ms since the epoch, stepkey's clock), or null. */
   deadlineAtMs: number | null;
   /** What its later executions' spans continue: the stored trace context and the run's attempt. */
@@ -65,7 +63,6 @@ interface Row extends WaitColumns {
   step_seq: number | null;
   attempt_rows: AttemptRecord[] | null;
   now_ms: number;
-  flow: boolean;
   deadline_at_ms: number | null;
 }
 
@@ -81,7 +78,7 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
         from stepkey.step_attempts a
        where a.scope = ${ref.scope} and a.run_key = ${ref.key}
     )
-    select r.name as workflow, r.version, r.input, r.attempts, r.last_error, r.root_key, r.parent_run, r.trace_context, r.flow,
+    select r.name as workflow, r.version, r.input, r.attempts, r.last_error, r.root_key, r.parent_run, r.trace_context,
            (extract(epoch from r.deadline_at) * 1000)::float8 as deadline_at_ms,
            r.wait_kind, r.wait_step, r.wait_for, (extract(epoch from r.wait_until) * 1000)::float8 as wait_until_ms,
            c.name as step_name, c.outcome as step_outcome, c.outcome_ok as step_ok, c.attempts as step_attempts,
@@ -113,7 +110,6 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
     rootKey: first.root_key,
     wait: waitFromColumns(first),
     loadedAtMs: first.now_ms,
-    holdsFlow: first.flow,
     deadlineAtMs: first.deadline_at_ms,
     parentRun: first.parent_run,
     trace: { context: first.trace_context, attempt: first.attempts },

@@ -57,7 +57,7 @@ export interface StepRow {
 /** How the rows are fenced (see above): a share lock on the run row (default), the run's completion, or nothing in the run's own start. */
 export type StepRowsFence =
   | { kind: 'share' }
-  | { kind: 'complete'; outcome: OutcomeToStore; retentionMs: number; holds: boolean }
+  | { kind: 'complete'; outcome: OutcomeToStore; retentionMs: number }
   | { kind: 'ownStart' };
 
 export function insertStepRowsStatement(
@@ -115,7 +115,7 @@ export function insertStepRowsStatement(
       returning 1)`;
   }
   b.sql`
-    select held${new SqlText(fencedBy.kind === 'complete' && fencedBy.holds ? `, ${holdsRead} as woken` : '')} from fence`;
+    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')} from fence`;
   return b.query(q);
 }
 
@@ -125,7 +125,7 @@ function fence(b: StatementText, clock: Clock, run: Lease, fencedBy: StepRowsFen
       b.sql`fence as (select true as held)`;
       return;
     case 'complete':
-      completeRun(b, clock, run, fencedBy.outcome, { retentionMs: fencedBy.retentionMs, holds: fencedBy.holds });
+      completeRun(b, clock, run, fencedBy.outcome, { retentionMs: fencedBy.retentionMs });
       b.sql`, fence as (
       select stepkey.lease_held(count(*)) as held from completed
     )`;

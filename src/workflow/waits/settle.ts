@@ -87,7 +87,7 @@ export function runWait(
             const { finish, park, statements } = decided;
             return {
               rows: finish ? [{ key: entered.key, name: entered.instance, ok: finish.ok, body: finish.body, attempts: 1 }] : [],
-              statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park, { holds: state.holdsFlow })] : [])],
+              statements: (tx) => [...(statements?.(tx) ?? []), ...(park ? [parkStatement(tx, state.deps.clock, state.lease, park)] : [])],
             };
           });
           decided.after?.();
