@@ -78,7 +78,9 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
       versions: () => core.versions(),
       execute: (lease, own) =>
         core.runs.track(lease, () =>
-          own ? core.runs.execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map() }) : core.runs.resumeOwned(lease),
+          own
+            ? core.runs.execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map(), deadlineAtMs: own.deadlineAtMs ?? null })
+            : core.runs.resumeOwned(lease),
         ),
       onError: (error, context) => core.onError(error, context),
     },

@@ -130,6 +130,7 @@ export class LocalRuns {
         rootKey: child.rootKey,
         finished: new Map(),
         parentRun: child.parentRun,
+        deadlineAtMs: child.deadlineAtMs ?? null,
       }),
     ).catch((error: unknown) => this.#core.onError(error, `executing child run '${child.lease.key}'`));
   }
@@ -158,10 +159,15 @@ export class LocalRuns {
       clearTimeout(deadline);
       const atMs = watched.control.deadlineAtMs;
       if (atMs === undefined) return;
-      // At the deadline the run stops at once: a call in flight is aborted through its signal.
-      const inMs = Math.max(0, atMs - (Date.now() + this.#core.clock.offsetMs));
-      deadline = setTimeout(() => watched.control.stop('deadline'), Math.min(inMs, 2 ** 31 - 1));
-      deadline.unref();
+      // At the deadline the run stops at once: a call in flight is aborted through its signal. The
+      // time is read again at least every second (stepkey's clock can be moved, or differ from this host's).
+      const check = () => {
+        const inMs = atMs - (Date.now() + this.#core.clock.offsetMs);
+        if (inMs <= 0) return watched.control.stop('deadline');
+        deadline = setTimeout(check, Math.min(inMs, 1_000));
+        deadline.unref();
+      };
+      check();
     };
     try {
       this.#states.set(id, state);

@@ -51,6 +51,8 @@ export interface ChildStart {
   input: unknown;
   rootKey: string;
   parentRun: string;
+  /** Its deadline (ms since the epoch, stepkey's clock), if it has one. */
+  deadlineAtMs?: number | null;
 }
 
 export interface RunStateOptions {

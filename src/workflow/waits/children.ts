@@ -22,6 +22,7 @@ import type { FinishedStep } from '../sql/load-run.js';
 import type { StepTarget } from '../steps.js';
 import { decodeValue, summarise } from '../values.js';
 import { ChildRunError, isChildRunErrorData, type ChildEnd } from './child-error.js';
+import type { ResolvedDeadline } from '../../lifecycle/deadline.js';
 import { runWait, type WaitDecision } from './settle.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
 import { insertChildStatement, readChildStatement, type ChildRow } from './sql/child-runs.js';
@@ -69,6 +70,7 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
         token,
         leaseMs: state.deps.leaseMs,
         traceContext: activeTraceContext(),
+        deadline: definition.deadline,
       }),
     ],
     after: () => {
@@ -79,6 +81,7 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
         input: prepared.parsed,
         rootKey,
         parentRun: state.lease.key,
+        deadlineAtMs: deadlineMs(definition.deadline, Date.now() + state.deps.clock.offsetMs),
       });
     },
   };
@@ -158,4 +161,10 @@ function childOutcome(child: ChildRow, ref: { scope: string; key: string; workfl
     default:
       return undefined;
   }
+}
+
+/** A deadline in ms since the epoch, as this process reads it (the row's, from the database's clock, is what ends the run). */
+function deadlineMs(deadline: ResolvedDeadline | undefined, nowMs: number): number | null {
+  if (!deadline) return null;
+  return 'inMs' in deadline ? nowMs + deadline.inMs : deadline.atMs;
 }

@@ -14,6 +14,7 @@
  */
 import type { Queryable } from '../../../db/connect.js';
 import { type Clock, sqlNow } from '../../../db/clock.js';
+import type { ResolvedDeadline } from '../../../lifecycle/deadline.js';
 
 export interface ChildClaim {
   scope: string;
@@ -28,6 +29,8 @@ export interface ChildClaim {
   leaseMs: number;
   /** The trace context of the parent's execution, which the child's executions continue. */
   traceContext: string | null;
+  /** The child's deadline (its workflow's), if it has one. */
+  deadline?: ResolvedDeadline | undefined;
 }
 
 /**
@@ -38,14 +41,20 @@ export interface ChildClaim {
  */
 export function insertChildStatement(q: Queryable, clock: Clock, child: ChildClaim) {
   const now = sqlNow(q, clock);
+  const deadline = child.deadline;
+  const deadlineAt = !deadline
+    ? q`null::timestamptz`
+    : 'inMs' in deadline
+      ? q`${now} + ${deadline.inMs}::float8 * interval '1 millisecond'`
+      : q`to_timestamp(${deadline.atMs}::float8 / 1000)`;
   return q`
     insert into stepkey.ledger
       (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts,
-       created_at, updated_at, version, input, root_key, parent_run, trace_context)
+       created_at, updated_at, version, input, root_key, parent_run, trace_context, deadline_at)
     values
       (${child.scope}, ${child.key}, 'run', ${child.workflow}, ${child.fingerprint}, 'in_progress',
        ${child.token}::uuid, clock_timestamp() + ${clock.offsetMs + child.leaseMs}::float8 * interval '1 millisecond', 1,
-       ${now}, ${now}, ${child.version}::int, ${child.input}, ${child.rootKey}, ${child.parentRun}, ${child.traceContext}::text)`;
+       ${now}, ${now}, ${child.version}::int, ${child.input}, ${child.rootKey}, ${child.parentRun}, ${child.traceContext}::text, ${deadlineAt})`;
 }
 
 export interface ChildRow {
