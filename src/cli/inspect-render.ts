@@ -48,7 +48,7 @@ function renderMatch(match: InspectedKey, nowMs: number): string[] {
   }
   if (row.expiresAt !== null) field('expires', relative(row.expiresAt - nowMs));
   if (match.rootKey && row.kind !== 'step') field('root key', match.rootKey);
-  if (row.outcome !== null) field(row.outcomeOk ? 'output' : row.status === 'cancelled' ? 'reason' : 'error', summarizeOutcome(row.outcome, row.outcomeOk, 100).replace(/^error: /, ''));
+  if (row.outcome !== null) field(row.outcomeOk ? 'output' : row.status === 'cancelled' || row.status === 'deadline_exceeded' ? 'reason' : 'error', summarizeOutcome(row.outcome, row.outcomeOk, 100).replace(/^error: /, ''));
   if (row.lastError) field('last error', truncate(errorLine(row.lastError), 140));
   const errorId = failedErrorId(row);
   if (errorId) field('error id', `${errorId} (what its callers were answered; the log line with this id has the error)`);

@@ -152,12 +152,21 @@ export async function startRerun(
     );
   }
   const newRef = { scope: ref.scope, key: options.key };
+  const deadline = settings.registry?.get(plan.workflow, plan.version)?.deadline;
   const root = newRootKey(newRef.scope, newRef.key);
   return inTransaction(sql, async (tx) => {
     const claim = await claimRun(
       tx,
       clock,
-      { ...newRef, fingerprint: plan.fingerprint, kind: 'run', name: plan.workflow, run: { version: plan.version, input: plan.input, traceContext: activeTraceContext() }, rootKey: root },
+      {
+        ...newRef,
+        fingerprint: plan.fingerprint,
+        kind: 'run',
+        name: plan.workflow,
+        // A rerun starts over with its workflow's deadline, from its own start.
+        run: { version: plan.version, input: plan.input, traceContext: activeTraceContext(), ...(deadline ? { deadline } : {}) },
+        rootKey: root,
+      },
       { leaseMs: settings.leaseMs },
     );
     if (claim.state !== 'owned' || claim.resumed) {
