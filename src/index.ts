@@ -98,14 +98,14 @@ export {
 } from './flow/define-queue.js';
 export type { EnqueueOptions as QueueEnqueueOptions } from './flow/enqueue.js';
 export { defineLimit, type Limit, type LimitOptions, type LimitPartitionContext } from './flow/define-limit.js';
-export { createEngine, Engine, type EngineOptions, type RunAttempt, type RunHandle, type RunOptions } from './workflow/engine.js';
-export type { RunInfo, RunStatus, StepInfo } from './workflow/run-info.js';
+export { createEngine, Engine, type EngineOptions, type RunAttempt, type RunHandle, type RunOptions } from './engine/engine.js';
+export type { RunInfo, RunStatus, StepInfo } from './read/run-info.js';
 export type { QueuePlace } from './read/sql/queue-places.js';
 export type { AttemptOutcome, AttemptResolution, PreviousAttempt } from './workflow/effects/attempts.js';
 export type { AttemptInfo, EffectSummary } from './workflow/effects/attempt-view.js';
 export type { Resolution, Resolved } from './workflow/effects/resolve.js';
 export type { ConfirmedEffect, RerunOptions } from './workflow/rerun/rerun.js';
-export type { RunWaitView, WaitKind } from './workflow/waits/wait.js';
+export type { RunWaitView, WaitKind } from './lifecycle/wait.js';
 export type { Sent } from './workflow/waits/send.js';
 export { ChildRunError, type ChildEnd, type ChildRunErrorData } from './workflow/waits/child-error.js';
 export { childRunKey } from './workflow/waits/children.js';

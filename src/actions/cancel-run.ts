@@ -1,19 +1,20 @@
 /**
  * Cancel: a run in progress, waiting or failed is finished as cancelled —
- * and so are the child runs it waits on — its reason stored as its outcome
- * (workflow/waits/cancel.ts); a retry with its key replays "cancelled", the
- * process executing it stops at its next step boundary, and a parent waiting
- * on it is woken. The change and its audit row commit together.
+ * and so is every descendant run, found by its parent link — its reason
+ * stored as its outcome (lifecycle/tree.ts); a retry with its key replays
+ * "cancelled", a process executing one stops at its next step boundary, and
+ * a parent waiting on the run is woken. The change and the audit rows — one
+ * per run cancelled, each naming the cancellation's root — commit together.
  */
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidKey, assertValidScope } from '../keys/validate.js';
-import { toJsonText, type StoredError } from '../ledger/outcome.js';
+import type { StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { RunStatusName } from '../read/run-status.js';
-import { cancelRuns } from '../workflow/waits/cancel.js';
+import { endTree } from '../lifecycle/tree.js';
 import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { runBefore } from './sql/run-before.js';
 
@@ -31,7 +32,7 @@ export interface ActionResult {
 }
 
 export interface CancelResult extends ActionResult {
-  /** Every run cancelled: this one and the child runs it waited on. */
+  /** Every run cancelled: this one and its descendants. */
   keys: string[];
   /** The parent run woken by this cancel, if one waited on it. */
   parentRun: string | null;
@@ -46,16 +47,20 @@ export async function cancelRunAction(sql: Sql, clock: Clock, ref: KeyRef, optio
   if (typeof reason !== 'string' || reason.trim() === '' || reason.length > MAX_REASON) {
     throw new StepkeyError('invalid_input', `A cancel reason is 1 to ${MAX_REASON} characters of text.`);
   }
-  const stored = toJsonText({ name: 'RunCancelled', message: reason } satisfies StoredError, 'reason');
+  const outcome: StoredError = { name: 'RunCancelled', message: reason };
+  const descendant: StoredError = { name: 'RunCancelled', message: `cancelled with run '${ref.key}': ${reason}`, data: { root: ref.key } };
   try {
     const previous = await requireRun(sql, clock, ref);
     let applied = false;
-    const cancelled = await cancelRuns(sql, clock, ref, stored, options.retentionMs, async (tx, done) => {
-      applied = done.keys.includes(ref.key);
+    const cancelled = await endTree(sql, clock, ref, { status: 'cancelled', outcome, descendant }, options.retentionMs, async (tx, done) => {
+      applied = done.applied;
       const children = done.keys.filter((key) => key !== ref.key);
       await insertAuditStatement(tx, clock, options.by, {
         scope: ref.scope, action: 'cancel', key: ref.key, applied, detail: { reason, before: previous, ...(children.length ? { children } : {}) },
       });
+      for (const child of children) {
+        await insertAuditStatement(tx, clock, options.by, { scope: ref.scope, action: 'cancel', key: child, applied: true, detail: { reason, root: ref.key } });
+      }
     });
     return { applied, previous, keys: cancelled.keys, parentRun: cancelled.parentRun };
   } catch (error) {

@@ -11,7 +11,7 @@ import type { KeyRef } from '../ledger/types.js';
 import { assertRef, requireRun, type ActionResult } from './cancel-run.js';
 import type { RunStatusName } from '../read/run-status.js';
 import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
-import { makeRunDue } from './sql/make-due.js';
+import { makeRunDue } from '../lifecycle/resume.js';
 
 export interface ResumeResult extends ActionResult {
   /** Not applied because another claimant held the run's key at that moment (a retry of its request resuming it, say). */

@@ -48,7 +48,7 @@ function renderMatch(match: InspectedKey, nowMs: number): string[] {
   }
   if (row.expiresAt !== null) field('expires', relative(row.expiresAt - nowMs));
   if (match.rootKey && row.kind !== 'step') field('root key', match.rootKey);
-  if (row.outcome !== null) field(row.outcomeOk ? 'output' : row.status === 'cancelled' ? 'reason' : 'error', summarizeOutcome(row.outcome, row.outcomeOk, 100).replace(/^error: /, ''));
+  if (row.outcome !== null) field(row.outcomeOk ? 'output' : row.status === 'cancelled' || row.status === 'deadline_exceeded' ? 'reason' : 'error', summarizeOutcome(row.outcome, row.outcomeOk, 100).replace(/^error: /, ''));
   if (row.lastError) field('last error', truncate(errorLine(row.lastError), 140));
   const errorId = failedErrorId(row);
   if (errorId) field('error id', `${errorId} (what its callers were answered; the log line with this id has the error)`);
@@ -58,6 +58,8 @@ function renderMatch(match: InspectedKey, nowMs: number): string[] {
   }
   if (row.kind === 'run' && row.status === 'waiting' && row.waitKind === 'limit' && row.waitStep) {
     field('waits for', `step limit '${row.waitFor}' at step '${row.waitStep}' (a token or a slot; it holds no lease meanwhile)`);
+  } else if (row.kind === 'run' && row.status === 'waiting' && row.waitKind !== 'review' && row.waitStep) {
+    field('waits', `at step '${row.waitStep}': ${waitingLine(row, nowMs)}`);
   }
   if (match.children.length) {
     lines.push(`  child runs (${match.children.length})`);
@@ -96,6 +98,13 @@ export function queueLine(place: QueuePlace, nowMs: number): string {
   return `${where} · #${place.position} of ${place.partitionWaiting} waiting ${line}${delayed}`;
 }
 
+/** The step a parked run waits at: what it waits for, and when any sweeper may take the run. */
+function waitingLine(run: LedgerRow, nowMs: number): string {
+  const what = run.waitKind === 'event' ? `event '${run.waitFor}'` : run.waitKind === 'child' ? `child run '${run.waitFor}'` : run.waitFor ? `${run.waitKind} '${run.waitFor}'` : (run.waitKind ?? 'something');
+  const due = run.wakeAt === null ? 'until something wakes it' : run.wakeAt <= nowMs ? 'due now' : `due ${relative(run.wakeAt - nowMs)}`;
+  return `waiting for ${what} · ${due} · parked ${relative(run.updatedAt - nowMs)}`;
+}
+
 function itemSummary(item: DerivedItem, parent: LedgerRow, nowMs: number): string {
   if (item.kind === 'message') return 'enqueued message';
   const own = item.row;
@@ -103,6 +112,7 @@ function itemSummary(item: DerivedItem, parent: LedgerRow, nowMs: number): strin
     const effect = effectSummary(item.attempts)!;
     return `not recorded  ${plural(effect.started, 'attempt')}${effect.unknown ? ` (${effect.unknown} unknown)` : ''}`;
   }
+  if (!own && parent.status === 'waiting' && parent.waitStep === item.name) return waitingLine(parent, nowMs);
   if (!own) return 'not recorded (not reached, or in flight)';
   const at = own.completedAt === null ? '' : `  +${formatDuration(own.completedAt - parent.createdAt)}`;
   return `${own.outcomeOk === false ? 'error' : displayStatus(own, nowMs)}  ${plural(own.attempts, 'attempt')}${at}  ${summarizeOutcome(own.outcome, own.outcomeOk)}`;

@@ -36,6 +36,7 @@ const codeTable = {
   step_timeout: { status: 504, retryable: true },
   run_failed: { status: 500, retryable: false },
   run_cancelled: { status: 409, retryable: false },
+  run_deadline_exceeded: { status: 409, retryable: false },
   // resolve: the run is not waiting for review (at that step).
   not_in_review: { status: 409, retryable: false },
   // rerun: a step it would execute again had a confirmed outside effect.

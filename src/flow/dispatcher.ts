@@ -15,7 +15,7 @@ import { instrument } from '../telemetry/instrumentation.js';
 import { enqueueRun } from './enqueue.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
-import type { DispatchedRun } from './sql/dispatch.js';
+import type { DispatchedRun } from '../lifecycle/dispatch.js';
 
 /** A run the enqueue itself started: executed without loading what its caller already holds. */
 export interface OwnRun {
@@ -23,6 +23,8 @@ export interface OwnRun {
   definition: Workflow;
   input: unknown;
   rootKey: string;
+  /** Its deadline (ms since the epoch, stepkey's clock), if it has one. */
+  deadlineAtMs?: number | null;
 }
 
 /** What the dispatcher needs of the engine. */
@@ -70,7 +72,7 @@ export class Dispatcher {
     const root = newRootKey(ref.scope, ref.key);
     const { claim, dispatched, requeued } = await enqueueRun(host.sql, host.clock, this.#flow, {
       ref,
-      claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText }, rootKey: root },
+      claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText, ...(run.deadline ? { deadline: run.deadline } : {}) }, rootKey: root },
       entry: run.entry,
       leaseMs: host.leaseMs,
       capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
@@ -82,14 +84,14 @@ export class Dispatcher {
     }
     const own = claim.state === 'owned' && !claim.resumed;
     if (own) instrument.runStarted(definition);
-    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root } : undefined);
+    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
   }
 
   /**
    * A claim outside enqueue (start, attempt, run, resume) resumed a failed
-   * run that is on a queue: its takeover parked it for a slot (flow/sql/requeue.ts). Dispatches
+   * run that is on a queue: its takeover parked it for a slot (lifecycle/requeue.ts). Dispatches
    * its queue now, so that it starts at once here if a slot is free.
    */
   afterRequeue(claim: ClaimResult): void {

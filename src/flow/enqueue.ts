@@ -20,12 +20,12 @@ import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { claimKey } from '../ledger/claim.js';
+import { claimRun } from '../lifecycle/claim.js';
 import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
-import { parkStatement } from '../workflow/waits/sql/park.js';
+import { parkStatement } from '../lifecycle/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
-import { slotWait } from './slot-wait.js';
-import { dispatchedRuns, type DispatchedRun } from './sql/dispatch.js';
+import { slotWait } from '../lifecycle/slot-wait.js';
+import { dispatchedRuns, type DispatchedRun } from '../lifecycle/dispatch.js';
 import { insertEntryStatement, type EntryValues } from './sql/enqueue.js';
 
 export interface EnqueueOptions {
@@ -58,7 +58,7 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
-    const claim = await claimKey(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     if (claim.state === 'waiting' && claim.resumed) {
       const queue = claim.wait.for ?? request.entry.queue;
       await flow.lockIn(tx.sql, queue);

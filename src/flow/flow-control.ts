@@ -10,7 +10,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, type DispatchedRun } from './sql/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, type DispatchedRun } from '../lifecycle/dispatch.js';
 import { writeQueueSettings } from './sql/settings.js';
 
 export type Versions = readonly { name: string; version: number }[];

@@ -18,11 +18,12 @@
 import { faultPoint } from '../faults/fault-points.js';
 import { commitWaiting, type CommitExtra } from '../workflow/commit.js';
 import type { StepTarget } from '../workflow/steps.js';
-import { parkStatement } from '../workflow/waits/sql/park.js';
-import type { RunWait } from '../workflow/waits/wait.js';
+import { parkStatement } from '../lifecycle/park.js';
+import type { RunWait } from '../lifecycle/wait.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { limitPartitionOf, limitWaitFor } from './define-limit.js';
 import { acquireStatement } from './sql/limits.js';
+import type { LimitRegistry } from './limit-registry.js';
 
 /**
  * How long a run waiting for a slot waits before it tries again by itself: a
@@ -31,16 +32,10 @@ import { acquireStatement } from './sql/limits.js';
  */
 export const slotBackstopMs = (leaseMs: number) => Math.max(4 * leaseMs, 10_000);
 
-/** Commits `extra` with the step's acquire, or parks the run (and throws RunStopped('parked')). Without a limit: commits `extra`. */
-export async function commitAcquiring(target: StepTarget, instance: string, extra: CommitExtra = {}): Promise<void> {
+/** Commits `extra` with the step's acquire of its limit, or parks the run (and throws RunStopped('parked')). */
+export async function commitAcquiring(registry: LimitRegistry, target: StepTarget, instance: string, extra: CommitExtra = {}): Promise<void> {
   const { state, declaration } = target;
-  if (declaration.limit === undefined) {
-    await commitWaiting(state, extra);
-    return;
-  }
-  const registry = state.deps.limits;
-  if (!registry) throw new StepkeyError('definition_error', `Step '${instance}' names limit '${declaration.limit}', and this engine registers no limits.`);
-  const limit = registry.require(declaration.limit);
+  const limit = registry.require(declaration.limit!);
   const partition = limitPartitionOf(limit, state.input, { scope: state.lease.scope, key: state.lease.key, step: instance });
   await registry.ready();
   let wait: RunWait | undefined;
@@ -58,14 +53,14 @@ export async function commitAcquiring(target: StepTarget, instance: string, extr
       slot = row.slot;
       return extra;
     }
-    wait = { kind: 'limit', step: instance, for: limitWaitFor(limit.name, partition), wakeAtMs: row.retry_at_ms };
+    wait = { kind: 'limit', step: instance, for: limitWaitFor(limit.name, partition), untilMs: row.retry_at_ms };
     const parked = wait;
     return { statements: (tx) => [parkStatement(tx, state.deps.clock, state.lease, parked)] };
   });
   if (wait) {
     faultPoint('engine.after-park', declaration.name);
-    throw state.park(wait);
+    throw state.control.park(wait);
   }
-  if (slot) state.limitHold = { step: instance };
+  if (slot) state.buffer.limitHold = { step: instance };
   faultPoint('engine.after-limit-acquire', declaration.name);
 }

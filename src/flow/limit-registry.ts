@@ -11,8 +11,13 @@ import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Workflow } from '../workflow/define.js';
 import type { Limit } from './define-limit.js';
 import { writeLimitSettings } from './sql/limit-settings.js';
+import type { StepLimits } from '../workflow/step-limits.js';
+import type { CommitExtra } from '../workflow/commit.js';
+import type { StepTarget } from '../workflow/steps.js';
+import { commitAcquiring } from './limit-acquire.js';
+import { afterGiveBack, giveBackWith } from './limit-release.js';
 
-export class LimitRegistry {
+export class LimitRegistry implements StepLimits {
   readonly #sql: Sql;
   readonly #limits = new Map<string, Limit>();
   #settings: Promise<void> | undefined;
@@ -24,7 +29,7 @@ export class LimitRegistry {
     // A step given the limit object brings its definition; a step given a name needs it registered.
     for (const workflow of workflows) {
       for (const declaration of Object.values(workflow.steps)) {
-        if (declaration.limitDefinition) this.#add(declaration.limitDefinition);
+        if (declaration.limitDefinition) this.#add(declaration.limitDefinition as Limit);
       }
     }
     for (const workflow of workflows) {
@@ -71,4 +76,11 @@ export class LimitRegistry {
     });
     return this.#settings;
   }
+
+  commitAcquiring(target: StepTarget, instance: string, extra?: CommitExtra): Promise<void> {
+    return commitAcquiring(this, target, instance, extra);
+  }
+
+  readonly giveBackWith = giveBackWith;
+  readonly afterGiveBack = afterGiveBack;
 }

@@ -17,7 +17,7 @@ type Statement = postgres.PendingQuery<postgres.Row[]>;
 
 /** The give-back to send with a commit of `rows`, when one of them records the step that holds a slot. */
 export function giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[]): Statement | undefined {
-  const hold = state.limitHold;
+  const hold = state.buffer.limitHold;
   if (!hold || !rows.some((row) => row.name === hold.step)) return undefined;
   return giveBackStatement(q, state.lease, hold.step) as unknown as Statement;
 }
@@ -25,7 +25,7 @@ export function giveBackWith(state: RunState, q: Queryable, rows: readonly StepR
 /** After the commit that carried `statement`: the slot is back; wake the waiters it marked due. */
 export async function afterGiveBack(state: RunState, statement: Statement | undefined): Promise<void> {
   if (!statement) return;
-  state.limitHold = undefined;
+  state.buffer.limitHold = undefined;
   const woken = (await statement) as unknown as WokenRun[];
   for (const run of woken) state.deps.hooks.wake({ scope: run.scope, key: run.key });
 }

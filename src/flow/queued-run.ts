@@ -8,6 +8,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { toJsonText } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { Workflow } from '../workflow/define.js';
+import { resolveDeadline, type Deadline, type ResolvedDeadline } from '../lifecycle/deadline.js';
 import { summarise } from '../workflow/values.js';
 import { assertValidPriority, partitionOf } from './define-queue.js';
 import type { EnqueueOptions } from './enqueue.js';
@@ -21,9 +22,11 @@ export interface QueuedRun {
   /** What the run's fingerprint covers: the input as given, the queue and the priority. */
   fingerprinted: unknown;
   validatedFingerprinted: unknown;
+  /** Its deadline (the start's, or its workflow's). */
+  deadline: ResolvedDeadline | undefined;
 }
 
-export function queuedRun(flow: FlowControl, definition: Workflow, ref: KeyRef, input: unknown, options: EnqueueOptions): QueuedRun {
+export function queuedRun(flow: FlowControl, definition: Workflow, ref: KeyRef, input: unknown, options: EnqueueOptions & { deadline?: Deadline }): QueuedRun {
   if (!options || typeof options !== 'object') {
     throw new StepkeyError('invalid_options', 'enqueue needs options with a queue: { queue, priority?, delayMs? }.');
   }
@@ -41,11 +44,13 @@ export function queuedRun(flow: FlowControl, definition: Workflow, ref: KeyRef, 
     });
   }
   const partition = partitionOf(queue, parsed.data, { scope: ref.scope, key: ref.key });
+  const deadline = resolveDeadline(options.deadline, `Enqueueing workflow '${definition.name}'`) ?? definition.deadline;
   return {
     data: parsed.data,
     inputText: toJsonText(parsed.data, `input of workflow '${definition.name}'`),
     entry: { queue: queue.name, partition, priority, delayMs },
     fingerprinted: { input, queue: queue.name, priority },
     validatedFingerprinted: { input: parsed.data, queue: queue.name, priority },
+    deadline,
   };
 }

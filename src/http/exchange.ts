@@ -6,7 +6,7 @@
  */
 import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log/logger.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import type { RequestBody } from './request-body.js';
 
 export interface Exchange {

@@ -23,7 +23,7 @@ import { cancelled, isRefusal, Refusal } from '../idempotency/refusal.js';
 import { answerRun, type RunAnswer } from '../idempotency/run-answer.js';
 import { waitingAnswer } from '../idempotency/waiting-answer.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import { replayed, toWire, type HandlerAnswer, type WireAnswer } from './answer.js';
 import { routeName, type Exchange, type HttpIdempotencySetup, type RouteOptions } from './exchange.js';
 import { refusalAnswer, storedErrorAnswer } from './problem.js';

@@ -22,11 +22,11 @@
  */
 import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
 import type { Queue } from '../flow/define-queue.js';
-import { slotWait } from '../flow/slot-wait.js';
-import type { Engine, RunHandle } from '../workflow/engine.js';
+import { slotWait } from '../lifecycle/slot-wait.js';
+import type { Engine, RunHandle } from '../engine/engine.js';
 import { decodeRunResult, REVIEW_RETRY_AFTER_MS } from '../workflow/outcomes.js';
-import type { RunInfo } from '../workflow/run-info.js';
-import { waitView } from '../workflow/waits/wait.js';
+import type { RunInfo } from '../read/run-info.js';
+import { waitView } from '../lifecycle/wait.js';
 import { internalFailure } from './internal-failure.js';
 import { inProgress, mismatch, Refusal, type KeyUse } from './refusal.js';
 import type { RunAnswer, RunCall } from './run-answer.js';
@@ -120,6 +120,7 @@ function fromLedger(call: QueuedCall, info: RunInfo | undefined): RunAnswer {
     case 'errored':
       return { kind: 'errored', error: info.error!, replayed: true };
     case 'cancelled':
+    case 'deadline_exceeded':
       return { kind: 'cancelled', reason: info.error?.message, replayed: true };
     case 'waiting':
       if (info.wait) return { kind: 'accepted', wait: info.wait, replayed: true };

@@ -20,9 +20,9 @@
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import { instrument } from '../telemetry/instrumentation.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import type { Workflow } from '../workflow/define.js';
-import type { RunWaitView } from '../workflow/waits/wait.js';
+import type { RunWaitView } from '../lifecycle/wait.js';
 import type { RequestFingerprints } from './fingerprints.js';
 import { internalFailure, type ErrorReport } from './internal-failure.js';
 import type { KeyedRequest } from './keyed-request.js';
@@ -72,7 +72,9 @@ async function attempted(call: RunCall): Promise<RunAnswer> {
     case 'errored':
       return { kind: 'errored', error: attempt.error, replayed: attempt.replayed };
     case 'cancelled':
-      // Cancelled under this very call (an operator stopped the run it executed): its first answer.
+    case 'deadline_exceeded':
+      // Cancelled under this very call (an operator stopped the run it executed): its first answer. A run
+      // past its deadline is answered as a cancelled one, its reason saying so.
       return { kind: 'cancelled', reason: attempt.reason.message, replayed: attempt.replayed };
     case 'waiting':
       return { kind: 'accepted', wait: attempt.wait, replayed: attempt.replayed };

@@ -5,7 +5,7 @@
  * only what stays true while the run waits, so that a repeat answers it byte
  * for byte.
  */
-import type { RunWaitView } from '../workflow/waits/wait.js';
+import type { RunWaitView } from '../lifecycle/wait.js';
 
 export interface WaitingAnswer {
   key: string;

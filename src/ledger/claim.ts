@@ -43,8 +43,23 @@ const claimKinds = new Set<string>(['request', 'run', 'effect'] satisfies ClaimK
 /** In `lock` mode a claim may also find the key vacant: no row, and the caller holds its advisory lock. */
 export type LockingClaimResult = ClaimResult | { state: 'vacant' };
 
+/**
+ * The rare paths of a claim, for keys whose life is more than the ledger's: a
+ * run's claim takes over (a failed run on a queue goes back in line) and
+ * forgets (its steps, mailbox and children go with it) with the lifecycle's
+ * statements (lifecycle/take-over.ts).
+ */
+export interface ClaimPaths {
+  takeover: typeof takeoverRow;
+  forget: typeof forgetExpiredRow;
+}
+
+const keyPaths: ClaimPaths = { takeover: takeoverRow, forget: forgetExpiredRow };
+
 export interface ClaimOptions {
   leaseMs: number;
+  /** How an expired key is forgotten and a lease taken over (default: a key's own, with nothing under it but keys). */
+  paths?: ClaimPaths;
   /** `insert` (default) writes the claim; `lock` holds the key by advisory lock only (see sql/claim.ts). */
   mode?: 'insert' | 'lock';
 }
@@ -67,7 +82,7 @@ export async function claimKey(
   request: ClaimRequest,
   options: ClaimOptions,
 ): Promise<LockingClaimResult> {
-  const { leaseMs, mode = 'insert' } = options;
+  const { leaseMs, mode = 'insert', paths = keyPaths } = options;
   let legacyTried = false;
   for (let round = 0; round < MAX_ROUNDS; round += 1) {
     const token = randomUUID();
@@ -78,7 +93,7 @@ export async function claimKey(
       case 'vacant':
         return { state: 'vacant' };
       case 'owned':
-        return { state: 'owned', lease, attempts: row.attempts, resumed: false, rootKey: request.rootKey ?? null };
+        return { state: 'owned', lease, attempts: row.attempts, resumed: false, rootKey: request.rootKey ?? null, deadlineAtMs: row.deadline_at_ms };
       case 'mismatch': {
         // A row stored under an older fingerprint version is compared the way it was computed.
         const legacy = !legacyTried && isLegacyFingerprint(row.stored_fingerprint) ? request.legacyFingerprint?.() : undefined;
@@ -98,16 +113,16 @@ export async function claimKey(
         return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
       case 'expired':
         // Forgotten under the key's advisory lock, which a lock-mode caller then holds.
-        if ((await forgetExpiredRow(q, clock, request.scope, request.key)) && mode === 'lock') return { state: 'vacant' };
+        if ((await paths.forget(q, clock, request.scope, request.key)) && mode === 'lock') return { state: 'vacant' };
         continue;
       case 'lease_expired':
       case 'resumable': {
-        const taken = await takeoverRow(q, clock, request, token, leaseMs);
+        const taken = await paths.takeover(q, clock, request, token, leaseMs);
         if (taken?.requeued) {
           // A failed run on a queue: resumed, but waiting for a slot (see sql/takeover.ts).
           return {
             state: 'waiting',
-            wait: { kind: taken.waitKind ?? 'slot', step: taken.waitStep ?? '', for: taken.waitFor, wakeAtMs: null },
+            wait: { kind: taken.waitKind ?? 'slot', step: taken.waitStep ?? '', for: taken.waitFor, untilMs: null },
             resumed: true,
             rootKey: taken.rootKey,
             version: taken.version,
@@ -133,7 +148,7 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
       return {
         state: 'replay',
         outcome: {
-          status: row.status === 'cancelled' ? 'cancelled' : 'completed',
+          status: row.status === 'cancelled' || row.status === 'deadline_exceeded' ? row.status : 'completed',
           ok: row.outcome_ok ?? false,
           body: row.outcome ?? '',
           code: row.outcome_code,
@@ -145,7 +160,7 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
     case 'waiting':
       return {
         state: 'waiting',
-        wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, wakeAtMs: row.wake_at_ms },
+        wait: { kind: row.wait_kind ?? '', step: row.wait_step ?? '', for: row.wait_for, untilMs: row.wait_until_ms },
         ...existing,
       };
   }
@@ -177,7 +192,7 @@ export async function probeKey(q: Queryable, clock: Clock, request: ClaimRequest
  * the in-progress row inserted at once under the key's advisory lock, or,
  * when anyone got there first, the full claim, which answers for them.
  */
-export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }): Promise<ClaimResult> {
+export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number; paths?: ClaimPaths }): Promise<ClaimResult> {
   const token = randomUUID();
   const inserted = await insertClaimRow(q, clock, request, token, options.leaseMs);
   if (!inserted) return claimKey(q, clock, request, options);
@@ -187,5 +202,6 @@ export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimR
     attempts: inserted.attempts,
     resumed: false,
     rootKey: request.rootKey ?? null,
+    deadlineAtMs: inserted.deadline_at_ms,
   };
 }

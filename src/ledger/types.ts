@@ -1,6 +1,6 @@
 /** The ledger's vocabulary: keys, claims and stored outcomes. */
 
-export type LedgerStatus = 'in_progress' | 'waiting' | 'completed' | 'failed' | 'cancelled';
+export type LedgerStatus = 'in_progress' | 'waiting' | 'completed' | 'failed' | 'cancelled' | 'deadline_exceeded';
 
 /** What a row is: an API request, a workflow run, one of its steps, an outbox effect. */
 export type LedgerKind = 'request' | 'run' | 'step' | 'effect';
@@ -32,8 +32,10 @@ export interface ClaimRequest extends KeyRef {
     version: number;
     input: string;
     traceContext?: string | null;
-    /** false: the run never holds a queue or limit slot, and its end skips the flow-control triggers (default true). */
+    /** false: the run never holds a queue or limit slot, and its transitions skip giving them back (default true). */
     flow?: boolean;
+    /** Its deadline: a duration from the claim (the database's clock), or a time (ms since the epoch). */
+    deadline?: { inMs: number } | { atMs: number };
   };
   /** The root its derived keys come from (newRootKey), stored by the claim that inserts the row. */
   rootKey?: string;
@@ -46,7 +48,7 @@ export interface ClaimRequest extends KeyRef {
 
 /** A finished outcome, exactly as it was stored. */
 export interface StoredOutcome {
-  status: 'completed' | 'cancelled';
+  status: 'completed' | 'cancelled' | 'deadline_exceeded';
   /** true for a success, false for a stored (deterministic) error. */
   ok: boolean;
   /** The stored text, byte for byte. */
@@ -73,7 +75,7 @@ export interface ParkedWait {
   kind: string;
   step: string;
   for: string | null;
-  wakeAtMs: number | null;
+  untilMs: number | null;
 }
 
 export type ClaimResult =
@@ -81,7 +83,7 @@ export type ClaimResult =
    * The caller now holds the key. `resumed`: it took over an expired lease or
    * a failed run. `rootKey`: what was stored (null only for an old row taken over).
    */
-  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean; rootKey: string | null }
+  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean; rootKey: string | null; deadlineAtMs?: number | null }
   | ({ state: 'replay'; outcome: StoredOutcome } & ExistingRow)
   | ({ state: 'in_progress'; retryAfterMs: number } & Partial<ExistingRow>)
   /**

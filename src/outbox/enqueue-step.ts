@@ -31,7 +31,7 @@ export const enqueueStep: StepHandleExtension = (state, declaration) => ({
       async (row: StepRow) => {
         // With everything waiting — the last tx step, the run's start — or on its own.
         // Its effect record: one attempt, started and ended by the commit that adds the job.
-        const attempt = nextAttemptNumber(state.attempts.get(row.name) ?? []);
+        const attempt = nextAttemptNumber(state.record.attempts.get(row.name) ?? []);
         const span = () => enqueueSpan({ scope: state.lease.scope, key: row.key, effect: effect.name, run: state.lease.key, step: row.name, attempt });
         await inSpan(span, () =>
           commitWaiting(state, {

@@ -135,6 +135,11 @@ async function addEffectRecord(q: Queryable, found: InspectedKey): Promise<void>
     interrupted.attempts = attempts.filter((attempt) => attempt.step === name);
     found.items.push(interrupted);
   }
+  // The step a parked run waits at, with no record yet: shown waiting there.
+  const waitStep = row.status === 'waiting' && row.waitKind !== 'slot' ? row.waitStep : null;
+  if (waitStep && found.rootKey && !found.items.some((entry) => entry.name === waitStep)) {
+    found.items.push(item(waitStep, childKey(found.rootKey, waitStep), undefined, 'step'));
+  }
 }
 
 function match(tree: TreeRow): InspectedKey {

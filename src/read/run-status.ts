@@ -37,7 +37,8 @@ export const runStatusTable = [
   { name: 'running', label: 'running', tone: 'active', open: true, resumable: true, description: 'executing in some process, which holds its lease', when: "l.status = 'in_progress' and l.locked_until > :now", index: 'ledger_run_leases_idx' },
   { name: 'waiting', label: 'waiting', tone: 'warning', open: true, resumable: true, description: 'parked: waits for a timer, an event, a child run, a queue\'s slot or a step limit, holding no lease; any sweeper (a queue: its dispatch) continues it when due', when: "l.status = 'waiting' and l.wait_kind is distinct from 'review'", index: 'ledger_due_idx' },
   { name: 'completed', label: 'completed', tone: 'ok', open: false, resumable: false, description: 'its output is stored and replayed', when: "l.status = 'completed' and l.outcome_ok", index: 'ledger_runs_created_idx' },
-  { name: 'cancelled', label: 'cancelled', tone: 'muted', open: false, resumable: false, description: 'cancelled by an operator or the app; the reason is stored', when: "l.status = 'cancelled'", index: 'ledger_runs_unsuccessful_idx' },
+  { name: 'cancelled', label: 'cancelled', tone: 'muted', open: false, resumable: false, description: 'cancelled by an operator or the app (or with an ancestor run); the reason is stored', when: "l.status = 'cancelled'", index: 'ledger_runs_unsuccessful_idx' },
+  { name: 'deadline_exceeded', label: 'deadline exceeded', tone: 'muted', open: false, resumable: false, description: 'did not finish before its deadline: final, like a cancellation; its descendants were cancelled with it', when: "l.status = 'deadline_exceeded'", index: 'ledger_runs_unsuccessful_idx' },
 ] as const satisfies readonly RunStatusSpec[];
 
 export type RunStatusName = (typeof runStatusTable)[number]['name'];

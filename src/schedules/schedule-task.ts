@@ -7,7 +7,7 @@
  */
 import type { Task } from 'graphile-worker';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import type { Schedule } from './define-schedule.js';
 
 export function scheduleTask(engine: Engine, schedule: Schedule): Task {

@@ -11,7 +11,7 @@
  * error is swallowed.
  */
 
-export type RunOutcome = 'completed' | 'errored' | 'failed' | 'cancelled';
+export type RunOutcome = 'completed' | 'errored' | 'failed' | 'cancelled' | 'deadline_exceeded';
 export type StepOutcome = 'completed' | 'errored' | 'failed';
 
 export interface StepkeyObserver {
@@ -60,7 +60,7 @@ export const instrument = {
   },
   /** `state` is the engine's settled state; only outcomes are reported. */
   runEnded: (workflow: { name: string; version: number }, state: string) => {
-    if (hub.observers.length && (state === 'completed' || state === 'errored' || state === 'failed' || state === 'cancelled')) {
+    if (hub.observers.length && (state === 'completed' || state === 'errored' || state === 'failed' || state === 'cancelled' || state === 'deadline_exceeded')) {
       emit('runEnded', { workflow: workflow.name, version: workflow.version, outcome: state });
     }
   },

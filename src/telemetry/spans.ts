@@ -100,14 +100,14 @@ export function stepEnding(tried: { done: boolean; error?: unknown }): SpanEndin
 }
 
 /** What a wait step's turn came to: the run parked on it (what for, until when), or its outcome was recorded. */
-export function waitEnding(decision: { park?: { for: string | null; wakeAtMs: number | null }; finish?: { ok: boolean } }): SpanEnding {
+export function waitEnding(decision: { park?: { for: string | null; untilMs: number | null }; finish?: { ok: boolean } }): SpanEnding {
   const { park, finish } = decision;
   const outcome = park ? 'parked' : finish?.ok === false ? 'errored' : 'completed';
   return {
     attributes: {
       'stepkey.outcome': outcome,
       'stepkey.wait.for': park?.for ?? undefined,
-      'stepkey.wait.until': park?.wakeAtMs != null ? new Date(park.wakeAtMs).toISOString() : undefined,
+      'stepkey.wait.until': park?.untilMs != null ? new Date(park.untilMs).toISOString() : undefined,
     },
   };
 }

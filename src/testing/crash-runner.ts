@@ -13,7 +13,7 @@
 import { pathToFileURL } from 'node:url';
 import { connect } from '../db/connect.js';
 import { runWorker } from '../worker/run-worker.js';
-import { createEngine } from '../workflow/engine.js';
+import { createEngine } from '../engine/engine.js';
 import type { CrashScenario } from './scenario.js';
 
 const [modulePath, mode, url, scope, key] = process.argv.slice(2) as [string, string, string, string, string];

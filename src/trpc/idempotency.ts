@@ -37,7 +37,7 @@ import type { BypassedIdempotency, IdempotencyContext, IdempotencyContextFor, Ke
 import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log/logger.js';
 import type { Workflow } from '../workflow/define.js';
-import type { Engine } from '../workflow/engine.js';
+import type { Engine } from '../engine/engine.js';
 import { decodeValue, encodeValue } from '../workflow/values.js';
 import { storedTrpcError, toTrpcError, trpcErrorFromStored } from './error-policy.js';
 import { errorReport, internalServerError, isWrappedUnexpected } from './internal-error.js';

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
-import type { RunStatus, StepInfo } from '../workflow/run-info.js';
+import type { RunStatus, StepInfo } from '../read/run-info.js';
 import { decodeRunResult } from '../workflow/outcomes.js';
 import type { createIdempotency } from './idempotency.js';
 import { fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';

@@ -29,7 +29,7 @@ import { effectTask } from '../outbox/inbox.js';
 import type { Workflow } from '../workflow/define.js';
 import type { Limit } from '../flow/define-limit.js';
 import type { Queue } from '../flow/define-queue.js';
-import { createEngine, type Engine } from '../workflow/engine.js';
+import { createEngine, type Engine } from '../engine/engine.js';
 import { superviseRunners, type RestartBackoff } from './pool-restarts.js';
 import { startPoolRun } from './pool-run.js';
 import { purgeExpired } from './purge.js';

@@ -1,13 +1,13 @@
 /**
  * Committing what a run has written. Three kinds of work wait for a commit:
  *
- *   the run's start    its claim, folded into its first write (state.opening)
+ *   the run's start    its claim, folded into its first write (state.buffer.opening)
  *   the last tx step   its transaction, writes and step row done, left open
- *                      until the next step boundary (state.deferred): when the
+ *                      until the next step boundary (state.buffer.deferred): when the
  *                      run ends right after it, its completion rides along
- *   recorded values    ctx.now / ctx.uuid rows (state.pending)
+ *   recorded values    ctx.now / ctx.uuid rows (state.buffer.pending)
  *   attempt writes     the effect record: an attempt's end or resolution
- *                      (state.pendingAttempts), and whatever the caller adds
+ *                      (state.buffer.pendingAttempts), and whatever the caller adds
  *                      (an attempt's start rides the commit before its call)
  *
  * `commitWaiting` commits all of it — plus whatever the caller adds — in one
@@ -31,10 +31,9 @@ import { RunStopped, isUnavailable } from './errors.js';
 import type { RunState } from './run-state.js';
 import { insertStepRowsStatement, type StepRow, type StepRowsFence } from './sql/step-rows.js';
 import type { OutcomeToStore } from '../ledger/types.js';
-import { refreshLeaseStatement } from '../ledger/sql/finish.js';
+import { refreshRunLeaseStatement } from '../lifecycle/leases.js';
 import { storeTraceContextStatement } from './sql/trace-context.js';
 import type { AttemptWrite } from './effects/attempts.js';
-import { afterGiveBack, giveBackWith } from '../flow/limit-release.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
@@ -60,17 +59,17 @@ export interface CommitExtra {
 export type Prepare = (q: TxSql) => Promise<CommitExtra>;
 
 export async function commitWaiting(state: RunState, extra: CommitExtra = {}, prepare?: Prepare): Promise<void> {
-  state.progress(state.deps.leaseMs);
-  const carriesStart = state.startPending;
-  const deferred = state.takeDeferred();
-  let transaction = deferred?.transaction ?? state.takeOpening();
-  const pending = state.takePending();
+  state.control.progress(state.deps.leaseMs);
+  const carriesStart = state.buffer.startPending;
+  const deferred = state.buffer.takeDeferred();
+  let transaction = deferred?.transaction ?? state.buffer.takeOpening();
+  const pending = state.buffer.takePending();
   const rows = [...(deferred?.rows ?? []), ...pending, ...(extra.rows ?? [])];
-  const attempts = [...state.takePendingAttempts(), ...(extra.attempts ?? [])];
-  const placed = (list: StepRow[]) => list.map((row) => ({ ...row, seq: row.seq ?? state.seqOf(row.name) }));
+  const attempts = [...state.buffer.takePendingAttempts(), ...(extra.attempts ?? [])];
+  const placed = (list: StepRow[]) => list.map((row) => ({ ...row, seq: row.seq ?? state.record.seqOf(row.name) }));
   // The start's lease was measured when the claim ran, and no heartbeat covers a row not yet
   // committed: a start that waited long (by stepkey's clock, which a test may move) commits with a fresh lease.
-  const staleStart = carriesStart && Date.now() + state.deps.clock.offsetMs - state.claimedAt > state.deps.leaseMs / 3;
+  const staleStart = carriesStart && Date.now() + state.deps.clock.offsetMs - state.control.claimedAt > state.deps.leaseMs / 3;
   // The start's own transaction inserted the run's row: nobody else can touch it before COMMIT.
   const fence: StepRowsFence = extra.complete
     ? { kind: 'complete', ...extra.complete }
@@ -84,13 +83,13 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
-    giveBack = giveBackWith(state, q, all);
+    giveBack = state.deps.limits?.giveBackWith(state, q, all);
     return [
       // Before the step rows: a completion among them gives the lease up, which this update requires.
-      ...(state.traceToStore ? [storeTraceContextStatement(q, state.lease, state.traceToStore)] : []),
+      ...(state.buffer.traceToStore ? [storeTraceContextStatement(q, state.lease, state.buffer.traceToStore)] : []),
       ...(giveBack ? [giveBack] : []),
       ...(recording ? [insertStepRowsStatement(q, state.deps.clock, state.lease, all, writes, fence)] : []),
-      ...(staleStart && !extra.complete ? [refreshLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
+      ...(staleStart && !extra.complete ? [refreshRunLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
       ...(extra.statements?.(q) ?? []),
       ...(more.statements?.(q) ?? []),
     ];
@@ -116,33 +115,33 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     transaction?.abandon();
     // Whatever failed here is lost: the run must not go on as if it had committed.
     if (isLeaseLost(error)) {
-      state.stop('lease_lost');
+      state.control.stop('lease_lost');
       throw new RunStopped('lease_lost');
     }
     // Records with no writes of their own (recorded values, a woken timer's end) wait for the next
     // commit again, so that the one that ends this execution (a failed run's) keeps them. Not after
     // a lost lease: no commit of this execution can write them.
-    state.pending.unshift(...pending);
+    state.buffer.pending.unshift(...pending);
     if (isUniqueViolation(error) || isConnectionError(error) || isUnavailable(error) || isTransientConflict(error)) {
       // Another holder committed one of these steps first, the connection went, or Postgres
       // chose this transaction as a deadlock's victim: start again from what the ledger holds.
-      state.stop('conflict');
+      state.control.stop('conflict');
       throw new RunStopped('conflict');
     }
     // Anything else (a transaction aborted by a statement the step caught, a deferred
     // constraint) fails the run — resumable once the code is fixed.
     const failure = translateDatabaseError(error, 'recording a run');
-    state.halt(failure);
+    state.control.halt(failure);
     throw failure;
   }
-  state.traceToStore = undefined;
-  for (const row of committed) state.finished.set(row.name, row);
-  state.applyAttempts(written, Date.now() + state.deps.clock.offsetMs);
-  await afterGiveBack(state, giveBack);
+  state.buffer.traceToStore = undefined;
+  for (const row of committed) state.record.finished.set(row.name, row);
+  state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
+  await state.deps.limits?.afterGiveBack(state, giveBack);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }
 
 /** Commits the last tx step (and the values recorded since) before the next step runs. */
 export async function commitDeferred(state: RunState): Promise<void> {
-  if (state.deferred) await commitWaiting(state);
+  if (state.buffer.deferred) await commitWaiting(state);
 }

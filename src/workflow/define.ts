@@ -21,7 +21,8 @@ import { assertValidStepName } from '../keys/validate.js';
 import { resolveRetryPolicy, DEFAULT_STEP_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
 import type { RunArguments } from './handles.js';
 import type { PreviousAttempt } from './effects/attempts.js';
-import type { Limit } from '../flow/define-limit.js';
+import type { StepLimitRef } from './step-limits.js';
+import { resolveDeadline, type Deadline, type ResolvedDeadline } from '../lifecycle/deadline.js';
 
 /** What a step's reconcile is given: the key the earlier attempts sent, and how they ended. */
 export interface ReconcileContext {
@@ -68,7 +69,7 @@ export interface StepOptions<Output extends AnySchema | undefined = AnySchema | 
    * `call` take a token and/or a slot from before their body runs, parking
    * the run until they can (src/flow/limit-acquire.ts). By object or name.
    */
-  limit?: Limit | string;
+  limit?: StepLimitRef | string;
 }
 
 /** A declared step. `Output` is its schema, or undefined for a plain JSON result. */
@@ -81,7 +82,7 @@ export interface StepDeclaration<Output extends AnySchema | undefined = AnySchem
   readonly atMostOnce: boolean;
   /** The limit's name, and its definition when the step was given the object. */
   readonly limit: string | undefined;
-  readonly limitDefinition: Limit | undefined;
+  readonly limitDefinition: StepLimitRef | undefined;
 }
 
 export function step<Output extends AnySchema>(name: string, options: StepOptions<Output> & { output: Output }): StepDeclaration<Output>;
@@ -141,6 +142,12 @@ export interface WorkflowOptions<
    * payload is checked against it before anything is stored.
    */
   events?: Events;
+  /**
+   * When each run ends as `deadline_exceeded` if it has not ended before: a
+   * duration (ms) from its start, or a date; `engine.start(…, { deadline })`
+   * overrides it. Its descendants are cancelled with it.
+   */
+  deadline?: Deadline;
   run: (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<Output extends AnySchema ? z.input<Output> : Result>;
 }
 
@@ -158,6 +165,8 @@ export interface Workflow<
   readonly output: AnySchema | undefined;
   readonly steps: Steps;
   readonly events: Events;
+  /** Its runs' deadline, unless a start gives one (see WorkflowOptions.deadline). */
+  readonly deadline?: ResolvedDeadline | undefined;
   /** A method, so that a workflow with specific steps is assignable to Workflow (bivariant parameters). */
   run(args: RunArguments<z.output<Input>, Steps, Events>): Promise<unknown>;
   /** Type carrier for the result; always undefined at run time. */
@@ -214,6 +223,12 @@ export function defineWorkflow<
     }
     seen.set(declaration.name, handle);
   }
+  let deadline: ResolvedDeadline | undefined;
+  try {
+    deadline = resolveDeadline(options.deadline, where);
+  } catch (error) {
+    throw new StepkeyError('definition_error', (error as Error).message);
+  }
   for (const [topic, schema] of Object.entries(options.events ?? {})) {
     if (!topicPattern.test(topic)) {
       throw new StepkeyError('definition_error', `${where}: event '${topic}' must be named with 1–128 letters, digits or . _ / -.`);
@@ -230,6 +245,7 @@ export function defineWorkflow<
     output: options.output,
     steps: options.steps ?? ({} as Steps),
     events: options.events ?? ({} as Events),
+    deadline,
     run: options.run as (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<unknown>,
   });
 }

@@ -42,10 +42,11 @@ export function classifyError(error: unknown): ErrorClass {
  * cancelled or not renewed (no progress for a lease); it is shutting down;
  * another holder committed a step first; the database stayed unavailable for
  * longer than a step's retries; or the run's start, carried by a transaction
- * whose connection went, never committed (nothing of the run exists); or
- * the run parked: it waits, holding no process, until it is due.
+ * whose connection went, never committed (nothing of the run exists); the
+ * run parked: it waits, holding no process, until it is due; or its deadline
+ * passed: it ends as deadline_exceeded.
  */
-export type StopReason = 'lease_lost' | 'shutting_down' | 'conflict' | 'unavailable' | 'start_lost' | 'parked';
+export type StopReason = 'lease_lost' | 'shutting_down' | 'conflict' | 'unavailable' | 'start_lost' | 'parked' | 'deadline';
 
 /**
  * A failure of the database rather than of the step: no connection (refused,

@@ -14,7 +14,7 @@ import { translateDatabaseError } from '../errors/pg-errors.js';
 import { faultPoint } from '../faults/fault-points.js';
 import { assertValidKey } from '../keys/validate.js';
 import { serializeError, toJsonText, type StoredError } from '../ledger/outcome.js';
-import { failStatement } from '../ledger/sql/finish.js';
+import { failRunStatement } from '../lifecycle/fail.js';
 import type { Workflow } from './define.js';
 import { RunStopped, StepAttemptsExhausted, classifyError, isUnavailable, type StopReason } from './errors.js';
 import type { RunContext } from './handles.js';
@@ -27,8 +27,8 @@ import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import type { KeyRef } from '../ledger/types.js';
 import { Transaction } from '../db/transaction.js';
-import { lockParentStatement, wakeParentStatement } from './waits/sql/child-runs.js';
-import { waitView, type RunWaitView } from './waits/wait.js';
+import { wakeParentStatements } from '../lifecycle/wake.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import { activeTraceContext, inSpan } from '../telemetry/tracing.js';
 import { runEnding, runSpan } from '../telemetry/spans.js';
 
@@ -38,6 +38,8 @@ export type Settled =
   | { state: 'errored'; error: StoredError }
   | { state: 'failed'; error: StoredError }
   | { state: 'cancelled'; reason: StoredError }
+  /** Its deadline passed before it ended. */
+  | { state: 'deadline_exceeded'; reason: StoredError }
   /** The run parked (its wait committed); it continues when due, in any process. */
   | { state: 'waiting'; wait: RunWaitView }
   | { state: 'stopped'; reason: StopReason };
@@ -61,13 +63,13 @@ export async function executeRun(
   state.input = input;
   return inSpan<Settled>(span, async () => {
     // A run stored without a trace context: later executions continue this one's (see RunState.storesTrace).
-    if (state.storesTrace) state.traceToStore = activeTraceContext() ?? undefined;
+    if (state.storesTrace) state.buffer.traceToStore = activeTraceContext() ?? undefined;
     try {
       return await execute(state, workflow, input, extensions);
     } finally {
       // Anything still uncommitted here belongs to an execution that failed unexpectedly.
-      await state.takeDeferred()?.transaction.rollback();
-      await state.takeOpening()?.rollback();
+      await state.buffer.takeDeferred()?.transaction.rollback();
+      await state.buffer.takeOpening()?.rollback();
     }
   }, runEnding);
 }
@@ -83,26 +85,26 @@ async function execute(
   try {
     const value = await workflow.run({ input, steps: handles(state, workflow, extensions), ctx: context(state, workflow) });
     // Steps called and not awaited finish before the run's outcome is recorded.
-    await state.exclusive(async () => undefined);
-    state.ended = true;
-    state.throwIfStopped();
+    await state.control.exclusive(async () => undefined);
+    state.control.ended = true;
+    state.control.throwIfStopped();
     outcome = { ok: true, body: encodeChecked(value, workflow.output, `The result of ${what}`) };
   } catch (caught) {
-    state.ended = true;
+    state.control.ended = true;
     // A halted execution fails with the error that halted it, whatever the workflow code threw after.
-    const error = state.halted ? state.halted.error : caught;
-    if (state.parked) return { state: 'waiting', wait: waitView(state.parked) };
-    if (state.stopReason || (!state.halted && error instanceof RunStopped)) {
+    const error = state.control.halted ? state.control.halted.error : caught;
+    if (state.control.parked) return { state: 'waiting', wait: waitView(state.control.parked) };
+    if (state.control.stopReason || (!state.control.halted && error instanceof RunStopped)) {
       // What is done is kept (the start, the last step), so another process goes on from there.
       await commitWaiting(state).catch(() => undefined);
-      return { state: 'stopped', reason: state.stopReason ?? 'lease_lost' };
+      return { state: 'stopped', reason: state.control.stopReason ?? 'lease_lost' };
     }
-    if (!state.halted && isUnavailable(error)) {
+    if (!state.control.halted && isUnavailable(error)) {
       // An outage is not the step's fault: whatever sweeper runs once the database is back goes on.
-      state.stop('unavailable');
+      state.control.stop('unavailable');
       return { state: 'stopped', reason: 'unavailable' };
     }
-    if (state.halted || classifyError(error) !== 'stored') return fail(state, error);
+    if (state.control.halted || classifyError(error) !== 'stored') return fail(state, error);
     outcome = { ok: false, body: toJsonText(serializeError(error), 'error') };
   }
 
@@ -116,7 +118,7 @@ async function execute(
     });
   } catch (error) {
     if (error instanceof RunStopped) return { state: 'stopped', reason: error.reason };
-    if (state.halted) return fail(state, state.halted.error);
+    if (state.control.halted) return fail(state, state.control.halted.error);
     throw translateDatabaseError(error, `completing ${what}`);
   }
   wakeParentHere(state);
@@ -137,13 +139,13 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
     // run from failing without them: it stays in progress, for a takeover to record them.
     let unkept: unknown;
     await commitWaiting(state).catch((failure: unknown) => {
-      if (state.pending.length) unkept = failure;
+      if (state.buffer.pending.length) unkept = failure;
     });
     if (unkept instanceof RunStopped) return { state: 'stopped', reason: unkept.reason };
     if (unkept !== undefined) throw unkept;
     const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
     const [rows] = await failing.commit(
-      failStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), state.deps.retentionMs),
+      failRunStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), { retentionMs: state.deps.retentionMs }),
       ...wakeParent(state, failing.sql),
     );
     if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };
@@ -161,12 +163,6 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
  */
 function wakeParent(state: RunState, q: Queryable) {
   return wakeParentStatements(q, state.deps.clock, state.lease, state.parentRun);
-}
-
-/** The statements that mark a child run's parent due, for a transaction that ends the child. */
-export function wakeParentStatements(q: Queryable, clock: Clock, child: KeyRef, parentRun: string | null) {
-  if (!parentRun) return [];
-  return [lockParentStatement(q, child.scope, parentRun), wakeParentStatement(q, clock, child.scope, parentRun, child.key)];
 }
 
 /** After the commit: a parent now due continues here at once if this process runs its version. */
@@ -190,15 +186,15 @@ function context(state: RunState, workflow: Workflow): RunContext {
   const record = (kind: '$now' | '$uuid', label: string, make: () => string): string => {
     assertValidKey(label, `label of ctx.${kind.slice(1)}()`);
     const instance = `${kind}[${label}]`;
-    const key = state.use(
+    const key = state.record.use(
       instance,
       `ctx.${kind.slice(1)}('${label}') was used twice in one run; give each use its own label, ` +
         `e.g. ctx.${kind.slice(1)}('shipped-at').`,
     );
-    const done = state.finished.get(instance);
+    const done = state.record.finished.get(instance);
     if (done) return JSON.parse(done.body) as string;
-    state.throwIfStopped();
-    state.reach(instance);
+    state.control.throwIfStopped();
+    state.record.reach(instance);
     const value = make();
     state.recordPending({ key, name: instance, ok: true, body: JSON.stringify(value), attempts: 1 });
     return value;
@@ -210,7 +206,7 @@ function context(state: RunState, workflow: Workflow): RunContext {
     workflow: workflow.name,
     version: workflow.version,
     get signal() {
-      return state.signal;
+      return state.control.signal;
     },
     now: (label = 'now') => new Date(record('$now', label, () => new Date().toISOString())),
     uuid: (label = 'uuid') => record('$uuid', label, () => crypto.randomUUID()),

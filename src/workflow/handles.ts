@@ -7,12 +7,18 @@ import type { DrizzleTx } from '../db/connect.js';
 import type { TxSql } from '../db/transaction.js';
 import type { AnySchema, EventDeclarations, StepDeclarations, Workflow, WorkflowInput, WorkflowResult } from './define.js';
 import type { KeyRef } from '../ledger/types.js';
-import type { Effect } from '../outbox/effect.js';
 import type { PreviousAttempt } from './effects/attempts.js';
 
 /** What an enqueue step records: the message's derived key (its job key and dedupe key). */
 export interface Enqueued {
   key: string;
+}
+
+/** An effect as a step enqueues it (src/outbox's defineEffect makes them; the outbox registers the step kind). */
+export interface StepEffectRef<Payload extends AnySchema = AnySchema> {
+  readonly kind: 'stepkey.effect';
+  readonly name: string;
+  readonly payload: Payload;
 }
 
 interface EnqueueHandle {
@@ -21,7 +27,7 @@ interface EnqueueHandle {
    * graphile-worker job keyed by the step's derived key: enqueued exactly once,
    * delivered at least once, applied once by its consumer.
    */
-  enqueue<Payload extends AnySchema>(effect: Effect<Payload>, payload: z.input<Payload>, use?: StepUse): Promise<Enqueued>;
+  enqueue<Payload extends AnySchema>(effect: StepEffectRef<Payload>, payload: z.input<Payload>, use?: StepUse): Promise<Enqueued>;
 }
 
 /** An event a waitForEvent received: its parsed payload and the sender's key. */

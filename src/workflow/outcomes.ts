@@ -11,7 +11,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { LedgerRow } from '../ledger/sql/read.js';
 import type { KeyRef, LedgerKind, ParkedWait } from '../ledger/types.js';
-import { waitView, type RunWaitView } from './waits/wait.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import type { Settled } from './executor.js';
 import type { WorkflowRegistry } from './registry.js';
 import { decodeValue } from './values.js';
@@ -22,6 +22,8 @@ export type RunAttempt<Result> =
   | { state: 'errored'; error: StoredError; replayed: boolean }
   /** Cancelled by an operator (stored, final); `replayed`: it had been cancelled before this call. */
   | { state: 'cancelled'; reason: StoredError; replayed: boolean }
+  /** Its deadline passed before it ended (stored, final, like a cancellation). */
+  | { state: 'deadline_exceeded'; reason: StoredError; replayed: boolean }
   /** The run is parked: it holds no process and continues when its wait is due. */
   | { state: 'waiting'; wait: RunWaitView; replayed: boolean }
   | { state: 'in_progress'; retryAfterMs: number }
@@ -31,6 +33,7 @@ type OutcomeFields = Pick<LedgerRow, 'status' | 'outcomeOk' | 'outcome' | 'lastE
 
 export function settledFromRow(row: OutcomeFields): Settled {
   if (row.status === 'cancelled') return { state: 'cancelled', reason: JSON.parse(row.outcome ?? '{}') };
+  if (row.status === 'deadline_exceeded') return { state: 'deadline_exceeded', reason: JSON.parse(row.outcome ?? '{}') };
   if (row.status === 'failed') return { state: 'failed', error: JSON.parse(row.lastError ?? '{}') };
   if (row.status === 'in_progress') return { state: 'stopped', reason: 'lease_lost' };
   return row.outcomeOk
@@ -41,7 +44,7 @@ export function settledFromRow(row: OutcomeFields): Settled {
 /** The row fields of a replayed claim. */
 export function replayFields(
   workflow: string,
-  outcome: { status: 'completed' | 'cancelled'; ok: boolean; body: string },
+  outcome: { status: 'completed' | 'cancelled' | 'deadline_exceeded'; ok: boolean; body: string },
   version: number | null,
 ): OutcomeFields {
   return { status: outcome.status, outcomeOk: outcome.ok, outcome: outcome.body, lastError: null, name: workflow, version };
@@ -80,6 +83,8 @@ export function toAttempt<R>(registry: WorkflowRegistry, settled: Settled, repla
       return { state: 'errored', error: settled.error, replayed };
     case 'cancelled':
       return { state: 'cancelled', reason: settled.reason, replayed };
+    case 'deadline_exceeded':
+      return { state: 'deadline_exceeded', reason: settled.reason, replayed };
     case 'waiting':
       return { state: 'waiting', wait: settled.wait, replayed };
     case 'failed':
@@ -102,6 +107,10 @@ export function unwrap(registry: WorkflowRegistry, ref: KeyRef, settled: Settled
       throw new StepkeyError('run_failed', settled.error.message, { details: { error: settled.error, ...ref } });
     case 'cancelled':
       throw new StepkeyError('run_cancelled', `Run '${ref.key}' was cancelled: ${settled.reason.message}`, {
+        details: { reason: settled.reason },
+      });
+    case 'deadline_exceeded':
+      throw new StepkeyError('run_deadline_exceeded', `Run '${ref.key}' did not finish before its deadline.`, {
         details: { reason: settled.reason },
       });
     case 'failed':

@@ -35,7 +35,7 @@ import { stepInstanceName } from '../keys/derive.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { inSpan } from '../telemetry/tracing.js';
 import { stepEnding, stepSpan } from '../telemetry/spans.js';
-import { commitAcquiring } from '../flow/limit-acquire.js';
+import { commitForAttempt } from './step-limits.js';
 
 /** An attempt's result: a value to record, or an error to record, or an error to retry. */
 export type Attempt = { ok: true; body: string } | { ok: false; error: unknown };
@@ -91,23 +91,23 @@ export function enterStep(
       new StepkeyError('definition_error', `Step '${declaration.name}' was called inside another step of the same run; steps cannot be nested.`),
     );
   }
-  if (state.ended) {
+  if (state.control.ended) {
     return Promise.reject(
       new StepkeyError('definition_error', `Step '${declaration.name}' was called after its run ended (was a step not awaited?).`),
     );
   }
   // One step at a time, in call order, even when workflow code starts several at once.
-  return state.exclusive(async () => {
+  return state.control.exclusive(async () => {
     const instance = stepInstanceName(declaration.name, target.use?.id);
-    const key = state.use(
+    const key = state.record.use(
       instance,
       `Step '${instance}' ran twice in one run. A step used more than once needs a stable discriminator: ` +
         `steps.x.tx(fn, { id: item.sku }) — never a counter or a position.`,
     );
-    const done = state.finished.get(instance);
+    const done = state.record.finished.get(instance);
     if (done) return decode(done, instance);
-    state.reach(instance);
-    state.progress(state.deps.leaseMs);
+    state.record.reach(instance);
+    state.control.progress(state.deps.leaseMs);
     return body({ instance, key });
   });
 }
@@ -189,7 +189,7 @@ async function executeStep(
   const { state, declaration } = target;
   const { leaseMs } = state.deps;
   if (!options.joinsDeferred) await commitDeferred(state);
-  state.throwIfStopped();
+  state.control.throwIfStopped();
   faultPoint('engine.before-step', declaration.name);
   const measured = instrument.stepBegun(declaration.name);
   const span = (attempt: number) => () =>
@@ -198,7 +198,7 @@ async function executeStep(
   for (let attempt = 1; ; attempt += 1) {
     // One attempt in its span: the work and, once it has an outcome, the step's record.
     const tried = await inSpan(span(attempt), () => attemptStep(target, instance, key, attempt, attemptOnce, record, measured), stepEnding);
-    if (tried.done) return replay(target, instance, state.finished.get(instance)!);
+    if (tried.done) return replay(target, instance, state.record.finished.get(instance)!);
     const delay = backoffDelay(declaration.retry, attempt);
     state.deps.log.info(
       { event: 'step.retry', scope: state.lease.scope, run: state.lease.key, step: instance, try: attempt, delayMs: delay, error: serializeError(tried.error) },
@@ -206,9 +206,9 @@ async function executeStep(
     );
     // An attempt that ran is progress, and its backoff is allowed for; one that could not get
     // a connection is not: an execution that gets none for a lease is let go.
-    if (!isUnavailable(tried.error)) state.progress(delay + leaseMs);
-    await sleep(delay, state.signal);
-    state.throwIfStopped();
+    if (!isUnavailable(tried.error)) state.control.progress(delay + leaseMs);
+    await sleep(delay, state.control.signal);
+    state.control.throwIfStopped();
   }
 }
 
@@ -240,7 +240,7 @@ async function attemptStep(
     row = { key, name: instance, ok: false, body: toJsonText(serializeError(result.error), 'error'), attempts: attempt };
   }
   if ((await record(row)) === 'committed') faultPoint('engine.after-step-commit', declaration.name);
-  state.progress(state.deps.leaseMs);
+  state.control.progress(state.deps.leaseMs);
   measured.end(row.ok ? 'completed' : 'errored', attempt);
   return result.ok ? { done: true } : { done: true, error: result.error };
 }
@@ -257,7 +257,7 @@ async function stepTransaction(
   instance: string,
   timeoutMs: number,
 ): Promise<{ transaction: Transaction; folded: boolean }> {
-  const opening = state.takeOpening();
+  const opening = state.buffer.takeOpening();
   if (opening) {
     opening.pipeline(`savepoint stepkey_start; ${statementTimeout(timeoutMs)}`);
     return { transaction: opening, folded: true };
@@ -300,13 +300,13 @@ export function runTxStep(
       let begun;
       try {
         // A limited step takes its token or slot first, or parks the run (src/flow/limit-acquire.ts).
-        if (declaration.limit !== undefined) await commitAcquiring(target, instance);
+        if (declaration.limit !== undefined) await commitForAttempt(target, instance);
         begun = await stepTransaction(state, instance, declaration.timeoutMs);
       } catch (error) {
         return { ok: false, error };
       }
       const { transaction, folded } = begun;
-      state.progress(declaration.timeoutMs + state.deps.leaseMs);
+      state.control.progress(declaration.timeoutMs + state.deps.leaseMs);
       const tx = transaction.sql;
       // Built only when it happens: an Error captures its stack, which is not free on every attempt.
       const timeout = () => stepTimeout(instance, declaration.timeoutMs, attempt);
@@ -334,8 +334,8 @@ export function runTxStep(
         await commitWaiting(state, { rows: [row] });
         return 'committed';
       }
-      state.deferred = { transaction: open, rows: [row], label: declaration.name };
-      state.finished.set(row.name, row);
+      state.buffer.deferred = { transaction: open, rows: [row], label: declaration.name };
+      state.record.finished.set(row.name, row);
       return 'deferred';
     },
   );

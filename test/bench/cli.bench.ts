@@ -18,7 +18,7 @@ import { connect } from '../../src/db/connect.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineEffect } from '../../src/outbox/effect.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import { benchDatabase, printTable } from './harness.js';
 
 const repo = fileURLToPath(new URL('../..', import.meta.url));

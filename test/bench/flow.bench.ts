@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine, type Engine } from '../../src/workflow/engine.js';
+import { createEngine, type Engine } from '../../src/engine/engine.js';
 import { benchDatabase, measure, medianOf, printTable, type Measurement } from './harness.js';
 
 const started = new Map<string, number>();

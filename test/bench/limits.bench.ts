@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { connect } from '../../src/db/connect.js';
 import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import type { Database } from '../../src/db/connect.js';
 import { costCells, costHeader, costPerOperation } from './cost.js';
 import { benchDatabase, measure, medianOf, printTable } from './harness.js';

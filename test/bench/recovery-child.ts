@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { connect } from '../../src/db/connect.js';
 import { runWorker } from '../../src/worker/run-worker.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 
 const [mode, url, key] = process.argv.slice(2) as [string, string, string | undefined];
 const holding = mode === 'run';

@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine, type Engine } from '../../src/workflow/engine.js';
+import { createEngine, type Engine } from '../../src/engine/engine.js';
 import { benchDatabase, printTable } from './harness.js';
 
 const napper = defineWorkflow({

@@ -40,7 +40,7 @@ import { systemClock } from '../../src/db/clock.js';
 import { statementTimeout, Transaction } from '../../src/db/transaction.js';
 import { childKey, newRootKey } from '../../src/keys/derive.js';
 import { insertClaimRow, probeRow } from '../../src/ledger/sql/claim.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import { insertStepRowsStatement, type StepRow } from '../../src/workflow/sql/step-rows.js';
 import { benchDatabase, measure, printTable, type Measurement } from './harness.js';
 import { threeSteps } from './workflow.bench.js';

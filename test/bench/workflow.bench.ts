@@ -15,7 +15,7 @@ import { connect } from '../../src/db/connect.js';
 import { Clock } from '../../src/db/clock.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import type { Database, Sql } from '../../src/db/connect.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { benchDatabase, measure, medianOf, printTable, type BenchDatabase, type Measurement } from './harness.js';

@@ -12,7 +12,7 @@ import { migrate } from '../../src/db/migrate.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/embedded/start-embedded.js';
 import { spawnScript, type ChildHandle } from '../../src/testing/child-process.js';
 import { runWorker, type Worker } from '../../src/worker/run-worker.js';
-import { createEngine, type Engine } from '../../src/workflow/engine.js';
+import { createEngine, type Engine } from '../../src/engine/engine.js';
 import { withDatabase } from '../helpers/urls.js';
 import { effects, queues, shopTables, useShopDatabase, workflows } from './shop.js';
 

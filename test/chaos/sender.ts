@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { connect } from '../../src/db/connect.js';
 import { poolHealth } from '../../src/db/pool-health.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { Engine } from '../../src/workflow/engine.js';
+import { Engine } from '../../src/engine/engine.js';
 import { EVENTS_PER_RUN, SENDER_RUNS, SENDER_SCOPE, senderWorkflowName, type SenderFinal } from './sender-load.js';
 
 

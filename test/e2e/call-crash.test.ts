@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { childKey } from '../../src/keys/derive.js';
 import { spawnScript, type ChildHandle } from '../../src/testing/child-process.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import { chargeId, startPaymentService, type PaymentService } from '../../workflows/payments/service.js';
 import { runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';

@@ -5,7 +5,7 @@
  */
 import { Clock } from '../../src/db/clock.js';
 import type { Workflow } from '../../src/workflow/define.js';
-import { Engine, type EngineOptions } from '../../src/workflow/engine.js';
+import { Engine, type EngineOptions } from '../../src/engine/engine.js';
 import type { TestDatabase } from './database.js';
 import { LONG_LEASE_MS } from './patience.js';
 

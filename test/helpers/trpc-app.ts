@@ -15,7 +15,7 @@ import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { createIdempotency } from '../../src/trpc/idempotency.js';
 import { createWorkflowRouter } from '../../src/trpc/workflow-router.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import type { TestDatabase } from './database.js';
 import { testEngine } from './engine.js';
 

@@ -103,7 +103,7 @@ describe('without a token', () => {
     try {
       const session = (await call(dashboard, '/api/session')).json as SessionView;
       expect(session).toMatchObject({ canRead: true, canAct: false, readOnly: true, tokenConfigured: false, csrf: null });
-      expect(session.statuses.map((status) => status.name)).toEqual(['stuck', 'needs_review', 'failed', 'errored', 'running', 'waiting', 'completed', 'cancelled']);
+      expect(session.statuses.map((status) => status.name)).toEqual(['stuck', 'needs_review', 'failed', 'errored', 'running', 'waiting', 'completed', 'cancelled', 'deadline_exceeded']);
       const runs = await call(dashboard, '/api/runs?status=failed');
       expect(runs.status).toBe(200);
       expect((runs.json as { data: RunsView }).data.runs.map((run) => run.key)).toContain(failedKey);

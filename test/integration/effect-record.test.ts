@@ -10,7 +10,7 @@ import { Clock } from '../../src/db/clock.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import type { CallContext } from '../../src/workflow/handles.js';
 import { defineWorkflow, step, type StepOptions } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';

@@ -7,7 +7,7 @@ import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { childKey, newRootKey } from '../../src/keys/derive.js';
 import { purposeFingerprint } from '../../src/keys/fingerprint.js';
 import { connect } from '../../src/db/connect.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { storedRoot, uniqueKey } from '../helpers/ledger.js';

@@ -12,8 +12,8 @@ import { z } from 'zod';
 import { defineLimit } from '../../src/flow/define-limit.js';
 import { slotBackstopMs } from '../../src/flow/limit-acquire.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
-import { createEngine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
+import { createEngine } from '../../src/engine/engine.js';
 import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { useTestDatabase } from '../helpers/database.js';
@@ -121,7 +121,7 @@ const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
 /** The database's clock, in epoch ms. */
 const dbNowMs = async () => (await db().sql<{ ms: number }[]>`select (extract(epoch from clock_timestamp()) * 1000)::float8 as ms`)[0]!.ms;
 /** When a parked run is due (epoch ms). */
-const wakeAtMs = async (ref: { scope: string; key: string }) =>
+const untilMs = async (ref: { scope: string; key: string }) =>
   (await db().sql<{ ms: number }[]>`
     select (extract(epoch from wake_at) * 1000)::float8 as ms from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]!.ms;
 
@@ -279,7 +279,7 @@ describe('step limits', () => {
     const row = await runRow(db().sql, next);
     expect(row).toMatchObject({ status: 'waiting', lease_token: null, locked_until: null });
     // One token per minute: the next is due a minute after the first was taken, and the run waits that long.
-    const wakeAt = await wakeAtMs(next);
+    const wakeAt = await untilMs(next);
     expect(wakeAt).toBeGreaterThanOrEqual(tokenFrom + 60_000 - 1);
     expect(wakeAt).toBeLessThanOrEqual(tokenTo + 60_000 + 1);
     expect((await limitHeld(db().sql, 'lim-slow')).granted).toBe(1);
@@ -287,7 +287,7 @@ describe('step limits', () => {
     const third = { scope: 'acme', key: uniqueKey('metered-third') };
     await e.start(metered, third, { id: third.key });
     await expect.poll(async () => (await runRow(db().sql, third))?.wait_kind).toBe('limit');
-    expect(await wakeAtMs(third)).toBeGreaterThanOrEqual(tokenFrom + 120_000 - 1);
+    expect(await untilMs(third)).toBeGreaterThanOrEqual(tokenFrom + 120_000 - 1);
     // Once the token is due (time moved on), a sweep continues the run.
     e.clock.advance(61_000);
     await e.sweep();
@@ -323,7 +323,7 @@ describe('step limits', () => {
         const parkedBy = await dbNowMs();
         // At most one token's time (a minute here) after it parked, not the backstop of a run waiting
         // for a slot (forty minutes here); and after the rival emptied the bucket.
-        const wakeAt = await wakeAtMs(next);
+        const wakeAt = await untilMs(next);
         expect(wakeAt).toBeGreaterThan(emptiedAt);
         expect(wakeAt).toBeLessThanOrEqual(parkedBy + 60_000 + 1);
         expect(slotBackstopMs(e.leaseMs)).toBeGreaterThan(60_000 * 10);

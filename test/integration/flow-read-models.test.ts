@@ -13,7 +13,7 @@ import { systemClock } from '../../src/db/clock.js';
 import { useCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 
 /** Each run waits in its step until the test lets it go; the order of starts is recorded. */
 const started: string[] = [];

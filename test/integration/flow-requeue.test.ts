@@ -21,13 +21,14 @@ import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
 import { purposeFingerprint } from '../../src/keys/fingerprint.js';
-import { claimKey } from '../../src/ledger/claim.js';
+import { claimRun } from '../../src/lifecycle/claim.js';
 import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
-import { takeoverRow } from '../../src/ledger/sql/takeover.js';
-import { makeRunDue } from '../../src/actions/sql/make-due.js';
+import { takeOverRun } from '../../src/lifecycle/take-over.js';
+import { failRunStatement } from '../../src/lifecycle/fail.js';
+import { makeRunDue } from '../../src/lifecycle/resume.js';
 import { listQueues } from '../../src/read/sql/queues.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
@@ -260,23 +261,17 @@ describe('a failed queued run that is resumed', () => {
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
   });
 
-  it('is never taken back into progress by another write: the database refuses it, and nothing changes', async () => {
+  it('is taken back into progress by nothing but a resume, which parks it for a slot', async () => {
     const e = engine();
     const prefix = uniqueKey('rq-guard');
     const refs = await failedBehindHolder(e, prefix);
-    // What an earlier release's takeover wrote (its trigger parked the run): a lease, in progress.
-    const refused = await db().sql`
-      update stepkey.ledger set status = 'in_progress', lease_token = gen_random_uuid(), locked_until = now() + interval '1 minute',
-                                attempts = attempts + 1
-       where scope = ${refs.failed.scope} and key = ${refs.failed.key}`.then(
-      () => 'applied',
-      (error: unknown) => String((error as Error).message),
-    );
-    expect(refused).toMatch(/a failed run on a queue resumes by waiting for a slot \(status waiting, wait_kind slot\), not in progress/);
+    // Only the lifecycle's resuming writes move a failed run (the layers test keeps every other write
+    // of a run's status out of src/): a sweep, a wake, a dispatch leave it as it is.
+    await e.sweep();
     expect(await status(db().sql, refs.failed)).toEqual({ status: 'failed', wait_kind: null, lease_token: null });
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 1, entries: 2 });
     expect((await listQueues(db().sql, { queue: 'rq-single' }))[0]).toMatchObject({ waiting: 0, running: 1 });
-    // Resumed the way stepkey resumes it, it waits for the slot as before.
+    // Resumed the way stepkey resumes it, it waits for the slot.
     expect(await e.resume(refs.failed)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
     await expectWaitsThenCompletes(e, prefix, refs);
   });
@@ -300,13 +295,12 @@ describe('a failed queued run that is resumed', () => {
       try {
         const pid = (await holder<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]!.pid;
         await holder`begin`;
-        // The holder's failure, as finish.ts writes it (fenced by its token): flow_release marks the entry failed.
-        await holder`update stepkey.ledger set status = 'failed', lease_token = null, locked_until = null, updated_at = now()
-                      where scope = ${ref.scope} and key = ${ref.key} and lease_token = ${holderToken}::uuid`;
+        // The holder's failure, as the lifecycle writes it (fenced by its token): its entry marked failed.
+        await failRunStatement(holder, systemClock, { ...ref, token: holderToken }, '{}', { retentionMs: 3_600_000 });
         const request = { ...ref, fingerprint, kind: 'run' as const, name: 'rq-flaky' };
         const racing =
           how === 'takeover'
-            ? takeoverRow(db().sql, systemClock, request, crypto.randomUUID(), 30_000)
+            ? takeOverRun(db().sql, systemClock, request, crypto.randomUUID(), 30_000)
             : makeRunDue(db().sql, systemClock, ref);
         // It waits for the holder's row lock.
         await expect.poll(async () => (await db().sql`
@@ -317,7 +311,7 @@ describe('a failed queued run that is resumed', () => {
         expect(await status(db().sql, ref)).toEqual({ status: 'failed', wait_kind: null, lease_token: null });
         // Read again, the failed run is parked for a slot, its entry back in line.
         if (how === 'takeover') {
-          expect(await claimKey(db().sql, systemClock, request, { leaseMs: 30_000 })).toMatchObject({ state: 'waiting', resumed: true, wait: { kind: 'slot' } });
+          expect(await claimRun(db().sql, systemClock, request, { leaseMs: 30_000 })).toMatchObject({ state: 'waiting', resumed: true, wait: { kind: 'slot' } });
         } else {
           expect(await makeRunDue(db().sql, systemClock, ref)).toEqual({ applied: true, busy: false, expired: false });
         }
@@ -366,40 +360,60 @@ describe('an upgrade to migration 0014', () => {
     const url = await empty();
     // stepkey's migrations up to 0013: the ledger still has the trigger that parked a resumed run.
     await migrateBefore(url, '0014');
-    const before = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade_0014' });
-    current = () => before;
     const ref = { scope: 'acme', key: uniqueKey('rq-up14') };
     const inFlight = { scope: 'acme', key: `${ref.key}-in-flight` };
+    // Written by the previous release: a queued run that failed (its entry marked failed, as its
+    // trigger marked it), and a queued run holding the slot whose process died at its gate.
+    const old = postgres(url, { max: 1, onnotice: () => {} });
     try {
-      await createIntervals(before.sql);
-      const e = engine(before);
-      failing.add(ref.key);
-      await expect((await e.enqueue(flaky, ref, { id: ref.key }, { queue: single })).result()).rejects.toThrow(/provider down/);
-      // A run holding the slot across the upgrade, at its gate.
-      await e.enqueue(flaky, inFlight, { id: inFlight.key, hold: true }, { queue: single });
-      await expect.poll(async () => (await readIntervals(before.sql, inFlight.key)).length).toBe(1);
-      failing.delete(ref.key);
+      await old`insert into stepkey.queues (name, concurrency) values ('rq-single', 1)`;
+      const input = { id: ref.key, hold: false };
+      await old`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, attempts, version, input, root_key, last_error,
+                                    expires_at, created_at, updated_at)
+        values (${ref.scope}, ${ref.key}, 'run', 'rq-flaky', ${enqueueFingerprint(input)}, 'failed', 1, 1, ${JSON.stringify(input)},
+                ${newRootKey(ref.scope, ref.key)}, '{"name":"Error","message":"provider down"}', now() + interval '1 day', now(), now())`;
+      await old`insert into stepkey.queue_entries (scope, key, queue, partition, failed) values (${ref.scope}, ${ref.key}, 'rq-single', '', true)`;
+      const holdInput = { id: inFlight.key, hold: true };
+      await old`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts, version, input,
+                                    root_key, created_at, updated_at)
+        values (${inFlight.scope}, ${inFlight.key}, 'run', 'rq-flaky', ${enqueueFingerprint(holdInput)}, 'in_progress', gen_random_uuid(),
+                now() - interval '1 minute', 1, 1, ${JSON.stringify(holdInput)}, ${newRootKey(inFlight.scope, inFlight.key)}, now(), now())`;
+      await old`
+        insert into stepkey.queue_entries (scope, key, queue, partition, holding, granted_at)
+        values (${inFlight.scope}, ${inFlight.key}, 'rq-single', '', true, now())`;
+    } finally {
+      await old.end();
+    }
 
-      await migrate(url);
-      const triggers = await before.sql<{ name: string }[]>`
-        select tgname as name from pg_trigger where tgrelid = 'stepkey.ledger'::regclass and not tgisinternal order by tgname`;
-      expect(triggers.map((t) => t.name)).toEqual(['ledger_flow_forget', 'ledger_flow_release', 'ledger_flow_resume_guard', 'ledger_limit_release']);
+    await migrate(url);
+    const upgraded = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade_0014' });
+    current = () => upgraded;
+    try {
+      await createIntervals(upgraded.sql);
+      const e = engine(upgraded);
       expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
-      expect(await status(before.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+      expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
+      // The run in flight is taken over; once it ends, the resumed run gets the slot.
       gate(inFlight.key).open();
-      await waitForRunsToEnd(before.sql, ref.key);
-      expect(await status(before.sql, ref)).toMatchObject({ status: 'completed' });
-      expect(await status(before.sql, inFlight)).toMatchObject({ status: 'completed' });
+      await e.sweep();
+      await waitForRunsToEnd(upgraded.sql, ref.key);
+      expect(await status(upgraded.sql, ref)).toMatchObject({ status: 'completed' });
+      expect(await status(upgraded.sql, inFlight)).toMatchObject({ status: 'completed' });
       expect(prepared.get(ref.key)).toBe(1);
       expect(worked.get(ref.key)).toBe(1);
-      expect(maxOverlap(await readIntervals(before.sql, ref.key)).overall).toBe(1);
-      expect(await slotsHeld(before.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
+      // Both runs' intervals (the run in flight's key starts with the resumed run's): never two at once.
+      expect(maxOverlap(await readIntervals(upgraded.sql, ref.key)).overall).toBe(1);
+      expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
     } finally {
       await Promise.all(engines.splice(0).map((made) => made.shutdown({ timeoutMs: 5_000 })));
-      await before.close();
+      await upgraded.close();
+      current = db;
     }
   });
 });
+
 
 describe('an upgrade to migration 0009', () => {
   let url = '';

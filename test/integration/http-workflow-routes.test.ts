@@ -16,7 +16,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { send } from '../helpers/conformance-servers.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';

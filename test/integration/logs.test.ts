@@ -12,7 +12,7 @@ import { defineEffect } from '../../src/outbox/effect.js';
 import { enqueueEffect } from '../../src/outbox/enqueue.js';
 import { runWorker } from '../../src/worker/run-worker.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import postgres from 'postgres';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
-import { Engine } from '../../src/workflow/engine.js';
+import { Engine } from '../../src/engine/engine.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { runCli } from '../helpers/cli.js';
 import { withDatabase } from '../helpers/urls.js';

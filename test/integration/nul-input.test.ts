@@ -13,7 +13,7 @@ import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';

@@ -18,7 +18,7 @@ import { connect, type Database } from '../../src/db/connect.js';
 import { migrate } from '../../src/db/migrate.js';
 import { poolHealth } from '../../src/db/pool-health.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import { Engine } from '../../src/workflow/engine.js';
+import { Engine } from '../../src/engine/engine.js';
 import { startCluster, type ChaosCluster } from '../chaos/cluster.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
 

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Clock } from '../../src/db/clock.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';

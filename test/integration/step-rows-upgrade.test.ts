@@ -15,7 +15,7 @@ import { migrate } from '../../src/db/migrate.js';
 import { childKey, newRootKey } from '../../src/keys/derive.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useEmptyDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';

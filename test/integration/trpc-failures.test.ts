@@ -13,7 +13,7 @@ import type { Database } from '../../src/db/connect.js';
 import { connect } from '../../src/db/connect.js';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { Engine } from '../../src/workflow/engine.js';
+import { Engine } from '../../src/engine/engine.js';
 import { createTestDatabase, useTestDatabase } from '../helpers/database.js';
 import { post, type Answer } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';

@@ -11,7 +11,7 @@ import type {
   IdempotencyContextFor,
   ProcedureIdempotencyOptions,
 } from '../../src/trpc/idempotency.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { post } from '../helpers/http.js';

@@ -6,7 +6,7 @@ import postgres from 'postgres';
 import { Clock } from '../../src/db/clock.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { idempotencyHeaders, idempotencyLink } from '../../src/trpc/link.js';
-import type { Engine } from '../../src/workflow/engine.js';
+import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { post, rawPost } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';

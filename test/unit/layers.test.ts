@@ -3,7 +3,10 @@
  * order data flows through stepkey, and no module imports from a layer above
  * its own (type-only imports included: a reader should find every rule in the
  * layer that owns it). A run's status is written by the lifecycle module
- * alone: no other file holds an UPDATE of the ledger that sets a status.
+ * alone: no other file holds an UPDATE of the ledger that sets a status —
+ * but the ledger's own, which writes the status of any key through its
+ * public API (requests, effects), and which nothing above it uses to write a
+ * run's (a run's claim takes over through the lifecycle).
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
@@ -32,6 +35,7 @@ export const layers: Record<string, number> = {
   schedules: 8,
   worker: 9,
   metrics: 9,
+  idempotency: 9,
   trpc: 10,
   http: 10,
   cli: 10,
@@ -77,13 +81,23 @@ describe('layers', () => {
   it('writes a run’s status only in src/lifecycle', () => {
     const writers: string[] = [];
     for (const file of all) {
-      if (folderOf(file) === 'lifecycle') continue;
+      if (folderOf(file) === 'lifecycle' || folderOf(file) === 'ledger') continue;
       const text = readFileSync(file, 'utf8');
       // An UPDATE of the ledger whose SET list assigns status (up to the WHERE).
       for (const m of text.matchAll(/update\s+"?stepkey"?\."?ledger"?[\s\S]*?\bwhere\b/gi)) {
         if (/\bset\b[\s\S]*\bstatus\s*=/i.test(m[0])) writers.push(relative(src, file));
       }
+      // A SET list built in pieces: an assignment of status at the start of a line of SQL.
+      if (/stepkey\.ledger|\$\{[^}]*ledger/.test(text) && /^\s*(set\s+)?status\s*=\s*(case\b|'|\$\{)/im.test(text)) writers.push(relative(src, file));
     }
     expect([...new Set(writers)]).toEqual([]);
+  });
+
+  it('leaves the ledger’s status writes to the ledger: nothing above it moves a run with them', () => {
+    const users = all.filter(
+      (file) => folderOf(file) !== 'ledger' && /ledger\/sql\/(finish|takeover)\.js'/.test(readFileSync(file, 'utf8')),
+    );
+    // An expired run is forgotten as any key is; an effect's key is written completed by the outbox.
+    expect(users.map((file) => relative(src, file)).sort()).toEqual(['lifecycle/take-over.ts', 'outbox/enqueue.ts']);
   });
 });

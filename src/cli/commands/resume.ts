@@ -8,8 +8,8 @@
 import { notResumedBecause, resumeRunAction } from '../../actions/resume-run.js';
 import { systemClock } from '../../db/clock.js';
 import { isStepkeyError } from '../../errors/stepkey-error.js';
-import type { RunAttempt } from '../../workflow/engine.js';
-import { readRunInfo } from '../../workflow/run-info.js';
+import type { RunAttempt } from '../../engine/engine.js';
+import { readRunInfo } from '../../read/run-info.js';
 import { cliActor } from '../actor.js';
 import { loadAppModule } from '../app-module.js';
 import { requiredFlag } from '../args.js';
@@ -60,7 +60,7 @@ elsewhere right now.`,
 
 async function resumeHere(context: CliContext, scope: string, key: string): Promise<number> {
   const app = await loadAppModule(context, { required: true });
-  const { Engine } = await import('../../workflow/engine.js');
+  const { Engine } = await import('../../engine/engine.js');
   const attempt = await context.withDatabase(async (database) => {
     const info = await readRunInfo(database.sql, { scope, key });
     if (!info) throw new CliFailure('not_found', `No run with key '${key}' in scope '${scope}'.`);
@@ -111,6 +111,9 @@ function report(context: CliContext, scope: string, key: string, attempt: RunAtt
       break;
     case 'cancelled':
       context.line(`${name} was cancelled: ${attempt.reason.message}`);
+      break;
+    case 'deadline_exceeded':
+      context.line(`${name} did not finish before its deadline; it cannot be resumed (rerun it, with a new deadline).`);
       break;
     case 'waiting':
       context.line(

@@ -104,6 +104,7 @@ function detail(run: ListedRun): string {
     case 'failed':
     case 'errored':
     case 'cancelled':
+    case 'deadline_exceeded':
       return errorLine(run.error);
     default:
       return '';

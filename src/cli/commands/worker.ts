@@ -62,7 +62,7 @@ function limitsOf(app: AppModule): Limit[] {
   const limits = new Map(app.limits.map((limit) => [limit.name, limit]));
   for (const workflow of [...app.workflows, ...app.schedules.map((schedule) => schedule.workflow)]) {
     for (const step of Object.values(workflow.steps)) {
-      if (step.limitDefinition && !limits.has(step.limitDefinition.name)) limits.set(step.limitDefinition.name, step.limitDefinition);
+      if (step.limitDefinition && !limits.has(step.limitDefinition.name)) limits.set(step.limitDefinition.name, step.limitDefinition as Limit);
     }
   }
   return [...limits.values()];

@@ -76,7 +76,8 @@ export interface ClaimRow {
   wait_kind: string | null;
   wait_step: string | null;
   wait_for: string | null;
-  wake_at_ms: number | null;
+  wait_until_ms: number | null;
+  deadline_at_ms: number | null;
 }
 
 export async function claimRow(
@@ -99,7 +100,7 @@ export async function claimRow(
     with existing as (
       select l.expires_at, l.fingerprint, l.status, l.locked_until, l.attempts, l.outcome,
              l.outcome_ok, l.outcome_code, l.kind, l.name, l.root_key, l.version,
-             l.wait_kind, l.wait_step, l.wait_for, l.wake_at, l.parent_run
+             l.wait_kind, l.wait_step, l.wait_for, l.wait_until, l.parent_run, l.deadline_at
         from stepkey.ledger l
        where l.scope = ${request.scope} and l.key = ${request.key}
     ), lock as (
@@ -112,17 +113,17 @@ export async function claimRow(
         from lock
        where lock.held and ${insert}::boolean
       on conflict (scope, key) do nothing
-      returning attempts
+      returning attempts, (extract(epoch from deadline_at) * 1000)::float8 as deadline_at_ms
     )
     select 'owned' as state, attempts, null::text as status, null::text as outcome,
            null::boolean as outcome_ok, null::int as outcome_code, null::int as retry_after_ms,
            null::text as kind, null::text as name, null::text as root_key, null::int as version,
            null::text as stored_fingerprint, null::text as wait_kind, null::text as wait_step,
-           null::text as wait_for, null::float8 as wake_at_ms
+           null::text as wait_for, null::float8 as wait_until_ms, deadline_at_ms
       from inserted
     union all
     select case when lock.held then 'vacant' else 'locked' end, 0, null, null, null, null, null, null, null,
-           null, null, null, null, null, null, null
+           null, null, null, null, null, null, null, null
       from lock
      where lock.held is not null and not (lock.held and ${insert}::boolean)
     union all`;
@@ -137,15 +138,19 @@ export async function claimRow(
 
 /** The columns and values of a claim's in-progress row (for `insert into stepkey.ledger … from …`). */
 function insertRow(b: StatementText, now: SqlText, request: ClaimRequest, token: string, leaseMs: number): void {
+  const deadline = request.run?.deadline;
   b.sql`
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
-         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow)
+         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow, deadline_at)
       select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
              ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
              ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
              ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text, ${request.rootKey ?? null}::text,
-             ${request.run?.traceContext ?? null}::text, ${request.run?.flow ?? true}::boolean`;
+             ${request.run?.traceContext ?? null}::text, ${request.run?.flow ?? true}::boolean, `;
+  if (!deadline) b.sql`null::timestamptz`;
+  else if ('inMs' in deadline) b.sql`${now} + ${deadline.inMs}::float8 * interval '1 millisecond'`;
+  else b.sql`to_timestamp(${deadline.atMs}::float8 / 1000)`;
 }
 
 /** What an existing row `l` answers the request: a ClaimRow's columns, in order. */
@@ -159,7 +164,7 @@ function existingRow(b: StatementText, now: SqlText, request: ClaimRequest): voi
                          where p.scope = ${request.scope} and p.key = l.parent_run
                            and p.status in ('in_progress', 'waiting', 'failed'))) then 'expired'
              when l.fingerprint <> ${request.fingerprint} then 'mismatch'
-             when l.status in ('completed', 'cancelled') then 'replay'
+             when l.status in ('completed', 'cancelled', 'deadline_exceeded') then 'replay'
              when l.status = 'failed' then 'resumable'
              when l.status = 'waiting' then 'waiting'
              when l.locked_until > ${now} then 'in_progress'
@@ -169,7 +174,8 @@ function existingRow(b: StatementText, now: SqlText, request: ClaimRequest): voi
            greatest(0, ceil(extract(epoch from (l.locked_until - ${now})) * 1000))::int as retry_after_ms,
            l.kind, l.name, l.root_key, l.version,
            case when l.fingerprint <> ${request.fingerprint} then l.fingerprint end as stored_fingerprint,
-           l.wait_kind, l.wait_step, l.wait_for, (extract(epoch from l.wake_at) * 1000)::float8 as wake_at_ms`;
+           l.wait_kind, l.wait_step, l.wait_for, (extract(epoch from l.wait_until) * 1000)::float8 as wait_until_ms,
+           (extract(epoch from l.deadline_at) * 1000)::float8 as deadline_at_ms`;
 }
 
 /**
@@ -203,13 +209,13 @@ export async function insertClaimRow(
   request: ClaimRequest,
   token: string,
   leaseMs: number,
-): Promise<{ attempts: number } | undefined> {
+): Promise<{ attempts: number; deadline_at_ms: number | null } | undefined> {
   const b = new StatementText();
   insertRow(b, b.now(clock), request, token, leaseMs);
   b.sql`
      where pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
     on conflict (scope, key) do nothing
-    returning attempts`;
-  const [row] = await b.query<{ attempts: number }[]>(q);
+    returning attempts, (extract(epoch from deadline_at) * 1000)::float8 as deadline_at_ms`;
+  const [row] = await b.query<{ attempts: number; deadline_at_ms: number | null }[]>(q);
   return row;
 }

@@ -139,16 +139,3 @@ export function insertCompletedStatement(
        case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)
     ${onConflict}`;
 }
-
-/**
- * Extends a lease measured from the wall clock (clock_timestamp(), not the
- * transaction's start): for a transaction that has been open a while, such as
- * a run's first step carrying the run's start.
- */
-export function refreshLeaseStatement(q: Queryable, clock: Clock, lease: Lease, leaseMs: number) {
-  return q`
-    update stepkey.ledger
-       set locked_until = clock_timestamp() + ${clock.offsetMs + leaseMs}::float8 * interval '1 millisecond'
-     where scope = ${lease.scope} and key = ${lease.key}
-       and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
-}

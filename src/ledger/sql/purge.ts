@@ -3,7 +3,8 @@
  *
  * Guarantee: deletes only roots whose expiry has passed and that are not in
  * progress (an in-progress or waiting row has no expiry: its lease or its
- * wait governs it), together with their steps, the keys claimed under them, their attempts, their mailbox and the child
+ * wait governs it), together with their steps, the keys claimed under them,
+ * their attempts, their mailbox, a failed run's queue entry and the child
  * runs that have ended; a child run whose parent is still unfinished is kept
  * (the parent reads it when it resumes). Rows another purger is deleting are
  * skipped, not waited for. A message that a send (holding the run's row)
@@ -34,7 +35,7 @@ export async function purgeExpiredRows(
       select c.scope, c.key
         from stepkey.ledger c
         join doomed d on c.scope = d.scope and c.parent_run = d.key
-       where c.status in ('completed', 'cancelled', 'failed')
+       where c.status in ('completed', 'cancelled', 'deadline_exceeded', 'failed')
          for update of c skip locked
     ), gone as (
       select scope, key from doomed union select scope, key from ended_children
@@ -57,6 +58,11 @@ export async function purgeExpiredRows(
       delete from stepkey.step_attempts a
        using gone g
        where a.scope = g.scope and a.run_key = g.key
+      returning 1
+    ), entries as (
+      delete from stepkey.queue_entries e
+       using gone g
+       where e.scope = g.scope and e.key = g.key
       returning 1
     ), roots as (
       delete from stepkey.ledger l

@@ -1,7 +1,8 @@
 /**
  * Takeover: the rare path of a claim. A key whose holder's lease ran out, or
- * a run that failed and may be resumed, is owned again by whoever updates it
- * first.
+ * one that failed and may be resumed, is owned again by whoever updates it
+ * first. (A run's claim takes over with lifecycle/take-over.ts, which also
+ * puts a failed run on a queue back in line.)
  *
  * Guarantee: only with the same fingerprint, and only while the row is still
  * expired or failed — of two contenders exactly one gets a row back. The new
@@ -10,16 +11,10 @@
  * advisory lock (evaluated once, before any row is touched), and a `once`
  * that took the key over and still works holds that lock — the answer is then
  * no row, and the claim reports "in progress".
- *
- * A failed run on a queue is not taken into progress: the same statement
- * parks it waiting for a slot and puts its queue entry back in line
- * (flow/sql/requeue.ts), and the row comes back `waiting` — the claim
- * reports it so, and the queue's dispatch starts the run.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { ClaimRequest } from '../types.js';
-import { backInLine, lineOf, resumedSet } from '../../flow/sql/requeue.js';
 
 export interface TakenOver {
   attempts: number;
@@ -41,33 +36,28 @@ export async function takeoverRow(
 ): Promise<TakenOver | undefined> {
   const now = sqlNow(q, clock);
   const rows = await q<TakenOver[]>`
-    with line as materialized (${lineOf(q, request.scope, request.key)}
-    ), taken as (
-      update stepkey.ledger l
-         set ${resumedSet(q, { token: q`${token}::uuid`, lockedUntil: q`${now} + ${leaseMs}::float8 * interval '1 millisecond'` })},
-             attempts = l.attempts + 1,
-             expires_at = null,
-             updated_at = ${now}
-        from line
-       where l.scope = ${request.scope} and l.key = ${request.key}
-         and l.fingerprint = ${request.fingerprint}
-         and ((l.status = 'in_progress' and l.locked_until <= ${now}) or l.status = 'failed')
-         and l.status = line.status
-         and (l.expires_at is null or l.expires_at > ${now})
-         and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
-      returning l.attempts, l.root_key, l.version, l.status = 'waiting' as requeued, l.wait_kind, l.wait_step, l.wait_for
-    ), back_in_line as (${backInLine(q, request.scope, request.key, 'taken')}
-    )
-    select attempts, root_key as "rootKey", version, requeued,
-           wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"
-      from taken`;
+    update stepkey.ledger l
+       set status = 'in_progress',
+           lease_token = ${token}::uuid,
+           locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
+           attempts = l.attempts + 1,
+           expires_at = null,
+           updated_at = ${now}
+     where l.scope = ${request.scope} and l.key = ${request.key}
+       and l.fingerprint = ${request.fingerprint}
+       and ((l.status = 'in_progress' and l.locked_until <= ${now}) or l.status = 'failed')
+       and (l.expires_at is null or l.expires_at > ${now})
+       and (select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)))
+    returning l.attempts, l.root_key as "rootKey", l.version, false as requeued,
+              l.wait_kind as "waitKind", l.wait_step as "waitStep", l.wait_for as "waitFor"`;
   return rows[0];
 }
 
 /**
- * Forgets one expired key and everything under it (a run's steps, its
- * attempts, its mailbox, its child runs that have ended and their steps). An
- * expired key is a new request. Under the key's advisory lock, like a
+ * Expire: forgets one expired run and everything under it (its steps, its
+ * attempts, its mailbox, its queue entry (a failed run keeps one; an ended run holds no
+ * slot), its child runs
+ * that have ended and their steps). An expired key is a new request. Under the key's advisory lock, like a
  * takeover: if another claimant holds it, nothing is deleted (it is reported
  * "in progress").
  *
@@ -92,7 +82,7 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
     ), ended_children as (
       select c.scope, c.key
         from stepkey.ledger c join root r on c.scope = r.scope and c.parent_run = r.key
-       where c.status in ('completed', 'cancelled', 'failed')
+       where c.status in ('completed', 'cancelled', 'deadline_exceeded', 'failed')
          -- as the purge: a child being resumed right now is skipped, kept with its steps
          for update of c skip locked
     ), gone as (
@@ -105,6 +95,8 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
       delete from stepkey.mailbox m using gone g where m.scope = g.scope and m.run_key = g.key returning 1
     ), attempts as (
       delete from stepkey.step_attempts a using gone g where a.scope = g.scope and a.run_key = g.key returning 1
+    ), entries as (
+      delete from stepkey.queue_entries q using gone g where q.scope = g.scope and q.key = g.key returning 1
     ), children as (
       delete from stepkey.ledger c using ended_children e where c.scope = e.scope and c.key = e.key returning 1
     )
@@ -125,3 +117,4 @@ export function forgetMailStatement(q: Queryable, scope: string, keys: readonly 
      where m.scope = ${scope} and m.run_key in (select json_array_elements_text(${JSON.stringify(keys)}::json))
        and not exists (select 1 from stepkey.ledger l where l.scope = m.scope and l.key = m.run_key)`;
 }
+

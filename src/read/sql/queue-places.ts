@@ -5,7 +5,7 @@
  * partition's line.
  *
  * The position follows dispatch's order within a partition exactly
- * (src/flow/sql/dispatch.ts: priority, higher first, then first enqueued
+ * (src/lifecycle/dispatch.ts: priority, higher first, then first enqueued
  * first): 1 + the entries of the same queue and partition, not holding a
  * slot, with a higher priority, or the same priority and an earlier
  * enqueue. Entries ahead that are not due yet (a delay, a parked wait) are

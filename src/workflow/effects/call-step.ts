@@ -28,12 +28,12 @@ import { backoffDelay } from '../retry.js';
 import type { StepRow } from '../sql/step-rows.js';
 import { enterStep, replay, runStepBody, sleep, stepTimeout, type StepTarget } from '../steps.js';
 import { encodeChecked } from '../values.js';
-import { parkStatement } from '../waits/sql/park.js';
+import { parkStatement } from '../../lifecycle/park.js';
 import { nextAttemptNumber, previousAttempts, unresolvedUnknowns, type AttemptRecord, type AttemptWrite } from './attempts.js';
 import { wasCut } from './cut.js';
 import { inSpan } from '../../telemetry/tracing.js';
 import { stepSpan } from '../../telemetry/spans.js';
-import { commitAcquiring } from '../../flow/limit-acquire.js';
+import { commitForAttempt } from '../step-limits.js';
 
 type Tried = { ok: true; value: unknown; durationMs: number } | { ok: false; error: unknown; cut: boolean; durationMs: number };
 
@@ -45,16 +45,16 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
   const { state, declaration } = target;
   const { leaseMs } = state.deps;
   const what = `The output of step '${instance}'`;
-  const records = (): AttemptRecord[] => state.attempts.get(instance) ?? [];
+  const records = (): AttemptRecord[] => state.record.attempts.get(instance) ?? [];
   // What waits to commit (the last tx step, the run's start) commits with the first attempt's start.
-  state.throwIfStopped();
+  state.control.throwIfStopped();
   faultPoint('engine.before-step', declaration.name);
 
   const finish = async (row: StepRow, attempts: AttemptWrite[]) => {
     await commitWaiting(state, { rows: [row], attempts });
     faultPoint('engine.after-step-commit', declaration.name);
-    state.progress(leaseMs);
-    return replay(target, instance, state.finished.get(instance)!);
+    state.control.progress(leaseMs);
+    return replay(target, instance, state.record.finished.get(instance)!);
   };
   const stepRow = (ok: boolean, body: string): StepRow => ({ key, name: instance, ok, body, attempts: records().length || 1 });
   const callSpan = (number: number) => () => stepSpan({ scope: state.lease.scope, run: state.lease.key, step: instance, kind: 'call', key, attempt: number });
@@ -84,24 +84,24 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
           state.deps.log.info({ event: 'call.reconciled', scope: state.lease.scope, run: state.lease.key, step: instance }, `step '${instance}': reconcile found the earlier attempt's outcome`);
           return finish(stepRow(true, body), unknown.map((a) => resolve(a, 'reconciled', body)));
         }
-        if (looked.ok) state.pendingAttempts.push(...unknown.map((a) => resolve(a, 'absent', null)));
+        if (looked.ok) state.buffer.pendingAttempts.push(...unknown.map((a) => resolve(a, 'absent', null)));
         else failure = looked;
       } else if (declaration.atMostOnce) {
-        const wait = { kind: 'review' as const, step: instance, for: null, wakeAtMs: null };
+        const wait = { kind: 'review' as const, step: instance, for: null, untilMs: null };
         await commitWaiting(state, { statements: (q) => [parkStatement(q, state.deps.clock, state.lease, wait)] });
         state.deps.log.warn(
           { event: 'call.needs_review', scope: state.lease.scope, run: state.lease.key, step: instance },
           `run '${state.lease.key}' needs review: step '${instance}' is at most once and an attempt's outcome is unknown`,
         );
         faultPoint('engine.after-park', declaration.name);
-        throw state.park(wait);
+        throw state.control.park(wait);
       }
     }
 
     if (!failure) {
       const number = nextAttemptNumber(records());
       // With the step's limit taken (or the run parked instead: src/flow/limit-acquire.ts).
-      await commitAcquiring(target, instance, { attempts: [{ write: 'start', step: instance, attempt: number, kind: 'call' }] });
+      await commitForAttempt(target, instance, { attempts: [{ write: 'start', step: instance, attempt: number, kind: 'call' }] });
       faultPoint('engine.before-call', declaration.name);
       const previous = previousAttempts(records().filter((record) => record.attempt !== number));
       const tried = await inSpan(callSpan(number), () => attempt(state, declaration.timeoutMs, instance, number, (signal) => fn({ key, signal, attempt: number, previous })), callEnding);
@@ -112,7 +112,7 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
           body = encodeChecked(tried.value, declaration.output, what);
         } catch (error) {
           // The callee answered, and its answer cannot be recorded: what it did stays to be settled.
-          state.pendingAttempts.push(end(instance, number, 'unknown', error, tried.durationMs));
+          state.buffer.pendingAttempts.push(end(instance, number, 'unknown', error, tried.durationMs));
           throw error;
         }
         return finish(stepRow(true, body), [end(instance, number, 'ok', undefined, tried.durationMs)]);
@@ -123,8 +123,8 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
         return finish(stepRow(false, toJsonText(serializeError(tried.error), 'error')), [ending]);
       }
       // Recorded with the next commit: the next attempt's start, the run's failure or its park.
-      state.pendingAttempts.push(ending);
-      state.applyAttempts([ending], Date.now());
+      state.buffer.pendingAttempts.push(ending);
+      state.record.applyAttempts([ending], Date.now(), state.lease.token);
       failure = tried;
     }
     if (failure.ok) continue;
@@ -139,9 +139,9 @@ async function executeCall(target: StepTarget, instance: string, key: string, fn
       { event: 'step.retry', scope: state.lease.scope, run: state.lease.key, step: instance, try: tries, delayMs: delay, error: serializeError(error) },
       `step '${instance}' failed (try ${tries} of ${declaration.retry.attempts}); retrying in ${delay} ms`,
     );
-    if (!isUnavailable(error)) state.progress(delay + leaseMs);
-    await sleep(delay, state.signal);
-    state.throwIfStopped();
+    if (!isUnavailable(error)) state.control.progress(delay + leaseMs);
+    await sleep(delay, state.control.signal);
+    state.control.throwIfStopped();
   }
 }
 
@@ -154,8 +154,8 @@ async function attempt(
   work: (signal: AbortSignal) => Promise<unknown>,
 ): Promise<Tried> {
   const controller = new AbortController();
-  const onStop = () => controller.abort(state.signal.reason);
-  state.signal.addEventListener('abort', onStop, { once: true });
+  const onStop = () => controller.abort(state.control.signal.reason);
+  state.control.signal.addEventListener('abort', onStop, { once: true });
   // Built only when it happens: an Error captures its stack, which is not free on every attempt.
   const timer = setTimeout(() => controller.abort(stepTimeout(instance, timeoutMs, number)), timeoutMs);
   const began = performance.now();
@@ -164,14 +164,14 @@ async function attempt(
       controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
     });
     aborted.catch(() => {});
-    state.progress(timeoutMs + state.deps.leaseMs);
+    state.control.progress(timeoutMs + state.deps.leaseMs);
     const value = await Promise.race([runStepBody(state, () => work(controller.signal)), aborted]);
     return { ok: true, value, durationMs: performance.now() - began };
   } catch (error) {
     return { ok: false, error, cut: wasCut(error, controller.signal), durationMs: performance.now() - began };
   } finally {
     clearTimeout(timer);
-    state.signal.removeEventListener('abort', onStop);
+    state.control.signal.removeEventListener('abort', onStop);
   }
 }
 

@@ -13,9 +13,9 @@ import { assertStorableText } from '../../keys/validate.js';
 import { readRow } from '../../ledger/sql/read.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { WorkflowRegistry } from '../registry.js';
-import { runStatusOf } from '../run-info.js';
+import { runStatusOf } from '../../lifecycle/states.js';
 import { encodeChecked } from '../values.js';
-import { resolveReviewStatement } from './sql/resolve.js';
+import { resolveReviewStatement } from '../../lifecycle/resolve.js';
 
 export type Resolution =
   /** The call did this: the step's output (checked against its schema). */

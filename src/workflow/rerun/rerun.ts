@@ -17,12 +17,12 @@ import { inTransaction, type TxSql } from '../../db/transaction.js';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { childKey, newRootKey } from '../../keys/derive.js';
 import { assertStorableText, assertValidKey } from '../../keys/validate.js';
-import { claimKey } from '../../ledger/claim.js';
+import { claimRun } from '../../lifecycle/claim.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
 import { readChildren, readRow, type LedgerRow } from '../../ledger/sql/read.js';
 import type { KeyRef, Lease } from '../../ledger/types.js';
 import { readAttempts } from '../effects/sql/read-attempts.js';
-import { runStatusOf, type RunStatus } from '../run-info.js';
+import { runStatusOf, type RunStatus } from '../../lifecycle/states.js';
 import type { WorkflowRegistry } from '../registry.js';
 import { copyStepsStatement, linkRerunStatement } from './sql/copy-steps.js';
 
@@ -152,12 +152,21 @@ export async function startRerun(
     );
   }
   const newRef = { scope: ref.scope, key: options.key };
+  const deadline = settings.registry?.get(plan.workflow, plan.version)?.deadline;
   const root = newRootKey(newRef.scope, newRef.key);
   return inTransaction(sql, async (tx) => {
-    const claim = await claimKey(
+    const claim = await claimRun(
       tx,
       clock,
-      { ...newRef, fingerprint: plan.fingerprint, kind: 'run', name: plan.workflow, run: { version: plan.version, input: plan.input, traceContext: activeTraceContext() }, rootKey: root },
+      {
+        ...newRef,
+        fingerprint: plan.fingerprint,
+        kind: 'run',
+        name: plan.workflow,
+        // A rerun starts over with its workflow's deadline, from its own start.
+        run: { version: plan.version, input: plan.input, traceContext: activeTraceContext(), ...(deadline ? { deadline } : {}) },
+        rootKey: root,
+      },
       { leaseMs: settings.leaseMs },
     );
     if (claim.state !== 'owned' || claim.resumed) {

@@ -7,7 +7,7 @@ import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { AttemptRecord } from '../effects/attempts.js';
-import { waitFromColumns, type RunWait, type WaitColumns } from '../waits/wait.js';
+import { waitFromColumns, type RunWait, type WaitColumns } from '../../lifecycle/wait.js';
 
 export interface FinishedStep {
   ok: boolean;
@@ -31,6 +31,8 @@ export interface LoadedRun {
   loadedAtMs: number;
   /** A child run's parent (its key in the same scope). */
   parentRun: string | null;
+  /** Its deadline (ms since the epoch, stepkey's clock), or null. */
+  deadlineAtMs: number | null;
   /** What its later executions' spans continue: the stored trace context and the run's attempt. */
   trace: RunTrace;
   /** Finished steps by their instance name (`name` or `name[id]`). */
@@ -61,6 +63,7 @@ interface Row extends WaitColumns {
   step_seq: number | null;
   attempt_rows: AttemptRecord[] | null;
   now_ms: number;
+  deadline_at_ms: number | null;
 }
 
 export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<LoadedRun | undefined> {
@@ -76,7 +79,8 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
        where a.scope = ${ref.scope} and a.run_key = ${ref.key}
     )
     select r.name as workflow, r.version, r.input, r.attempts, r.last_error, r.root_key, r.parent_run, r.trace_context,
-           r.wait_kind, r.wait_step, r.wait_for, (extract(epoch from r.wake_at) * 1000)::float8 as wake_at_ms,
+           (extract(epoch from r.deadline_at) * 1000)::float8 as deadline_at_ms,
+           r.wait_kind, r.wait_step, r.wait_for, (extract(epoch from r.wait_until) * 1000)::float8 as wait_until_ms,
            c.name as step_name, c.outcome as step_outcome, c.outcome_ok as step_ok, c.attempts as step_attempts,
            c.seq as step_seq, recorded.attempt_rows,
            (extract(epoch from clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond') * 1000)::float8 as now_ms
@@ -106,6 +110,7 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
     rootKey: first.root_key,
     wait: waitFromColumns(first),
     loadedAtMs: first.now_ms,
+    deadlineAtMs: first.deadline_at_ms,
     parentRun: first.parent_run,
     trace: { context: first.trace_context, attempt: first.attempts },
     steps,

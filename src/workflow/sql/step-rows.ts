@@ -16,7 +16,7 @@
  *   - `complete`: the run's completion itself is the fence. The statement
  *     that records the last steps also stores the run's outcome, with the
  *     fenced UPDATE of the run row (lease token current, in progress) of
- *     ledger/sql/finish.ts's completeStatement; that UPDATE row-locks the run
+ *     lifecycle/complete.ts's completion; that UPDATE row-locks the run
  *     until COMMIT and the rows are written only if it wrote — one statement
  *     and one row lock instead of two.
  *   - `ownStart`: the transaction inserted the run's row itself (its start,
@@ -39,7 +39,8 @@ import type { Clock } from '../../db/clock.js';
 import { SqlText, StatementText } from '../../db/statement-text.js';
 import type { Lease, OutcomeToStore } from '../../ledger/types.js';
 import type { AttemptWrite } from '../effects/attempts.js';
-import { completeUpdate } from '../../ledger/sql/finish.js';
+import { completeRun } from '../../lifecycle/complete.js';
+import { holdsRead } from '../../lifecycle/holds.js';
 
 export interface StepRow {
   /** The derived key: childKey(rootKey, name). */
@@ -114,7 +115,7 @@ export function insertStepRowsStatement(
       returning 1)`;
   }
   b.sql`
-    select held from fence`;
+    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')} from fence`;
   return b.query(q);
 }
 
@@ -124,10 +125,8 @@ function fence(b: StatementText, clock: Clock, run: Lease, fencedBy: StepRowsFen
       b.sql`fence as (select true as held)`;
       return;
     case 'complete':
-      b.sql`completed as (`;
-      completeUpdate(b, clock, run, fencedBy.outcome, fencedBy.retentionMs);
-      b.sql`
-    ), fence as (
+      completeRun(b, clock, run, fencedBy.outcome, { retentionMs: fencedBy.retentionMs });
+      b.sql`, fence as (
       select stepkey.lease_held(count(*)) as held from completed
     )`;
       return;

@@ -1,13 +1,14 @@
 /**
  * The error a parent's `child()` step gets when its child run did not
  * complete: it errored (a stored deterministic error), its retries ran out
- * (failed — the child itself stays resumable), or it was cancelled. It is
+ * (failed — the child itself stays resumable), it was cancelled, or its
+ * deadline passed (deadline_exceeded). It is
  * recorded as the parent step's outcome and thrown again, the same, on every
  * replay.
  */
 import { NonRetryableError, type StoredError } from '../../ledger/outcome.js';
 
-export type ChildEnd = 'errored' | 'failed' | 'cancelled';
+export type ChildEnd = 'errored' | 'failed' | 'cancelled' | 'deadline_exceeded';
 
 export interface ChildRunErrorData {
   child: { scope: string; key: string; workflow: string };

@@ -22,6 +22,7 @@ import type { FinishedStep } from '../sql/load-run.js';
 import type { StepTarget } from '../steps.js';
 import { decodeValue, summarise } from '../values.js';
 import { ChildRunError, isChildRunErrorData, type ChildEnd } from './child-error.js';
+import type { ResolvedDeadline } from '../../lifecycle/deadline.js';
 import { runWait, type WaitDecision } from './settle.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
 import { insertChildStatement, readChildStatement, type ChildRow } from './sql/child-runs.js';
@@ -69,6 +70,7 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
         token,
         leaseMs: state.deps.leaseMs,
         traceContext: activeTraceContext(),
+        deadline: definition.deadline,
       }),
     ],
     after: () => {
@@ -79,6 +81,7 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
         input: prepared.parsed,
         rootKey,
         parentRun: state.lease.key,
+        deadlineAtMs: deadlineMs(definition.deadline, Date.now() + state.deps.clock.offsetMs),
       });
     },
   };
@@ -111,10 +114,10 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
       const key = childRunKey(stepKey);
       const [child] = await readChildStatement(q, state.lease.scope, key);
       if (!child) {
-        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, untilMs: null } };
       }
       const ended = childOutcome(child, { scope: state.lease.scope, key, workflow: child.name });
-      return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, wakeAtMs: null } };
+      return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, untilMs: null } };
     },
     decode,
   );
@@ -151,10 +154,17 @@ function childOutcome(child: ChildRow, ref: { scope: string; key: string; workfl
     case 'completed':
       return child.outcome_ok ? { ok: true, body: child.outcome ?? '' } : end('errored', JSON.parse(child.outcome ?? '{}'));
     case 'cancelled':
-      return end('cancelled', JSON.parse(child.outcome ?? '{}'));
+    case 'deadline_exceeded':
+      return end(child.status, JSON.parse(child.outcome ?? '{}'));
     case 'failed':
       return end('failed', JSON.parse(child.last_error ?? '{}'));
     default:
       return undefined;
   }
+}
+
+/** A deadline in ms since the epoch, as this process reads it (the row's, from the database's clock, is what ends the run). */
+function deadlineMs(deadline: ResolvedDeadline | undefined, nowMs: number): number | null {
+  if (!deadline) return null;
+  return 'inMs' in deadline ? nowMs + deadline.inMs : deadline.atMs;
 }

@@ -12,6 +12,7 @@ import type { FinishedStep } from '../sql/load-run.js';
 import type { StepTarget } from '../steps.js';
 import { decodeValue } from '../values.js';
 import { runWait } from './settle.js';
+import { invalidInput } from './timer.js';
 import { consumeStatement } from './sql/mailbox.js';
 
 export interface WaitForEventOptions extends StepUse {
@@ -34,9 +35,7 @@ export function waitForEventStep(target: StepTarget, workflow: Workflow, topic: 
   }
   const { timeoutMs } = options;
   if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0)) {
-    return Promise.reject(
-      new StepkeyError('invalid_input', `${where}: waitForEvent's timeoutMs must be a finite number ≥ 0, got ${String(timeoutMs)}.`),
-    );
+    return Promise.reject(invalidInput(`${where}: waitForEvent's timeoutMs must be a finite number ≥ 0, got ${String(timeoutMs)}.`));
   }
   const decode = (finished: FinishedStep, instance: string) => {
     const recorded = JSON.parse(finished.body) as { type: 'event' | 'timeout'; key?: string; payload?: unknown };
@@ -52,10 +51,10 @@ export function waitForEventStep(target: StepTarget, workflow: Workflow, topic: 
       if (message) {
         return { finish: { ok: true, body: `{"type":"event","key":${JSON.stringify(message.sender_key)},"payload":${message.payload}}` } };
       }
-      const recorded = state.recordedWait(instance, 'event');
-      const deadline = recorded ? recorded.wakeAtMs : timeoutMs === undefined ? null : nowMs + timeoutMs;
+      const recorded = state.record.recordedWait(instance, 'event');
+      const deadline = recorded ? recorded.untilMs : timeoutMs === undefined ? null : nowMs + timeoutMs;
       if (deadline !== null && deadline <= nowMs) return { finish: { ok: true, body: '{"type":"timeout"}' } };
-      return { park: { kind: 'event', step: instance, for: topic, wakeAtMs: deadline } };
+      return { park: { kind: 'event', step: instance, for: topic, untilMs: deadline } };
     },
     decode,
   );

@@ -13,10 +13,12 @@ import { StepkeyError } from '../../errors/stepkey-error.js';
 import { purposeFingerprint } from '../../keys/fingerprint.js';
 import { assertStorableText, assertValidKey } from '../../keys/validate.js';
 import { toJsonText } from '../../ledger/outcome.js';
+import { isEnded } from '../../lifecycle/states.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunDeps } from '../run-state.js';
 import { summarise } from '../values.js';
-import { insertMessageStatement, lockTargetRun, wakeForEventStatement, type TargetRun } from './sql/mailbox.js';
+import { insertMessageStatement, lockTargetRun, type TargetRun } from './sql/mailbox.js';
+import { wakeForEventStatement } from '../../lifecycle/wake.js';
 
 /** What a send did. */
 export interface Sent {
@@ -44,7 +46,7 @@ export async function sendEvent(
         throw new StepkeyError('run_not_found', `Cannot send ${what}: the run has expired (${run.status}); its key is a new request now. Nothing was stored.`);
       }
       const text = checkedPayload(deps, run, topic, payload);
-      if (run.status === 'completed' || run.status === 'cancelled') {
+      if (isEnded(run.status)) {
         throw new StepkeyError('run_ended', `Cannot send ${what}: the run has ended (${run.status}); nothing was stored.`);
       }
       const fingerprint = purposeFingerprint(topic, payload);

@@ -27,8 +27,8 @@ import { inSpan } from '../../telemetry/tracing.js';
 import { commitWaiting } from '../commit.js';
 import type { FinishedStep } from '../sql/load-run.js';
 import { enterStep, type EnteredStep, type StepTarget } from '../steps.js';
-import { lockRunStatement, parkStatement } from './sql/park.js';
-import type { RunWait } from './wait.js';
+import { lockRunStatement, parkStatement } from '../../lifecycle/park.js';
+import type { RunWait } from '../../lifecycle/wait.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
@@ -66,7 +66,7 @@ export function runWait(
   return enterStep(
     target,
     async (entered) => {
-      state.throwIfStopped();
+      state.control.throwIfStopped();
       faultPoint('engine.before-step', declaration.name);
       // Settled by what was loaded: recorded with the run's next commit, not here.
       let joinsNextCommit = false;
@@ -97,10 +97,10 @@ export function runWait(
       );
       if (decision.park) {
         faultPoint('engine.after-park', declaration.name);
-        throw state.park(decision.park);
+        throw state.control.park(decision.park);
       }
       if (!joinsNextCommit) faultPoint('engine.after-step-commit', declaration.name);
-      return decode(state.finished.get(entered.instance)!, entered.instance);
+      return decode(state.record.finished.get(entered.instance)!, entered.instance);
     },
     decode,
   );

@@ -16,7 +16,7 @@
  * here again before its time, and at shutdown.
  */
 import type { KeyRef } from '../../ledger/types.js';
-import type { RunWaitView } from './wait.js';
+import type { RunWaitView } from '../../lifecycle/wait.js';
 
 /** The kinds of wait that end at a time of their own (a slot, a child or a review is woken by whoever ends it). */
 const TIMED = new Set(['timer', 'event', 'limit']);

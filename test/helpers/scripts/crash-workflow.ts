@@ -12,7 +12,7 @@
  */
 import { z } from 'zod';
 import { connect } from '../../../src/db/connect.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
 import { charge } from '../../../workflows/payments/client.js';
 import { PATIENCE_MS } from '../patience.js';

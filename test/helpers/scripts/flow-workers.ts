@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { connect } from '../../../src/db/connect.js';
 import { defineQueue } from '../../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 
 export const tenants = defineQueue<{ tenant: string }>({
   name: 'e2e-tenants',

@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { connect } from '../../../src/db/connect.js';
 import { defineLimit } from '../../../src/flow/define-limit.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 import { recordEnd, recordStart } from '../flow.js';
 
 export const RATE = { limit: 50, periodMs: 1_000 };

@@ -4,7 +4,7 @@
  */
 import { connect } from '../../../src/db/connect.js';
 import { Ledger } from '../../../src/ledger/ledger.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 import { buildApp, listen, placeOrder } from '../trpc-app.js';
 
 const [url] = process.argv.slice(2) as [string];

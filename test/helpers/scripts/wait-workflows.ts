@@ -9,13 +9,14 @@
  * process's pid), so a test counts what ran, and where. Fault points arrive in
  * STEPKEY_FAULTS; lease and sweep interval in STEPKEY_LEASE_MS and
  * STEPKEY_SWEEP_INTERVAL_MS; WAIT_CLOCK_OFFSET_MS moves the process's clock
- * ahead (a sweeper for whom hours have passed).
+ * ahead (a sweeper for whom hours have passed); WAIT_DEADLINE_MS gives an
+ * order a deadline.
  */
 import { z } from 'zod';
 import { Clock } from '../../../src/db/clock.js';
 import { connect } from '../../../src/db/connect.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
-import { createEngine } from '../../../src/workflow/engine.js';
+import { createEngine } from '../../../src/engine/engine.js';
 
 const clock = new Clock();
 clock.advance(Number(process.env.WAIT_CLOCK_OFFSET_MS ?? 0));
@@ -71,7 +72,8 @@ async function main(): Promise<void> {
     for (const key of keys) await engine.start(nap, { scope, key }, { napMs: Number(napMs) });
     console.log('STARTED');
   } else if (mode === 'order') {
-    const result = await engine.run(order, { scope, key: rest[0]! }, { order: rest[0]! });
+    const deadline = process.env.WAIT_DEADLINE_MS ? { deadline: Number(process.env.WAIT_DEADLINE_MS) } : {};
+    const result = await engine.run(order, { scope, key: rest[0]! }, { order: rest[0]! }, deadline);
     console.log(`RESULT ${JSON.stringify(result)}`);
     await engine.shutdown();
     await database.close();

@@ -10,7 +10,8 @@ import { duration, errorMessage, plural } from '../format.js';
 export function Waterfall({ match, nowMs }: { match: MatchView; nowMs: number }) {
   const start = match.row.createdAt;
   const recorded = match.items.filter((item) => item.row);
-  const end = Math.max(match.row.completedAt ?? (match.row.status === 'in_progress' ? nowMs : match.row.updatedAt), ...recorded.map((item) => item.row!.completedAt ?? 0), start + 1);
+  const open = match.row.status === 'in_progress' || match.row.status === 'waiting';
+  const end = Math.max(match.row.completedAt ?? (open ? nowMs : match.row.updatedAt), ...recorded.map((item) => item.row!.completedAt ?? 0), start + 1);
   const span = end - start;
   let previous = start;
   return (
@@ -22,14 +23,20 @@ export function Waterfall({ match, nowMs }: { match: MatchView; nowMs: number })
         const left = ((from - start) / span) * 100;
         const width = at === null ? 0 : Math.max(0.6, ((at - from) / span) * 100);
         const failed = item.row?.outcomeOk === false;
-        const label = at === null ? 'not recorded: not reached, or in flight' : `${failed ? 'error' : 'done'} after ${duration(at - from)} · ${plural(item.row!.attempts, 'attempt')}`;
+        // The step a parked run waits at: waiting since its park, not "not recorded".
+        const waiting = at === null && match.row.status === 'waiting' && match.row.waitStep === item.name;
+        const label = waiting
+          ? `waiting for ${match.row.waitKind ?? 'its wait'} since ${duration(nowMs - match.row.updatedAt)}`
+          : at === null ? 'not recorded: not reached, or in flight' : `${failed ? 'error' : 'done'} after ${duration(at - from)} · ${plural(item.row!.attempts, 'attempt')}`;
         return (
           <li key={item.key}>
             <a class="step-name" href={`#step-${item.key}`} onClick={(event) => { event.preventDefault(); document.getElementById(`step-${item.key}`)?.scrollIntoView(); }}>
               {item.name}
             </a>
             <span class="track" role="img" aria-label={`${item.name}: ${label}`}>
-              {at === null ? (
+              {waiting ? (
+                <span class="bar waiting tone-warning" style={{ left: `${Math.min(left, 99)}%`, width: `${Math.max(0.6, 100 - left)}%` }} />
+              ) : at === null ? (
                 <span class="bar pending" style={{ left: `${Math.min(left, 99)}%` }} />
               ) : (
                 <span class={`bar ${failed ? 'tone-danger' : 'tone-ok'}`} style={{ left: `${left}%`, width: `${Math.min(width, 100 - left)}%` }}>
@@ -37,7 +44,7 @@ export function Waterfall({ match, nowMs }: { match: MatchView; nowMs: number })
                 </span>
               )}
             </span>
-            <span class="step-note">{at === null ? 'not recorded' : failed ? `error: ${errorMessage(item.row!.outcome)}` : `+${duration(at - start)}`}</span>
+            <span class="step-note">{waiting ? 'waiting' : at === null ? 'not recorded' : failed ? `error: ${errorMessage(item.row!.outcome)}` : `+${duration(at - start)}`}</span>
           </li>
         );
       })}

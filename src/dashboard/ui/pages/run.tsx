@@ -51,7 +51,11 @@ function RunBody({ match, nowMs, reload }: { match: MatchView; nowMs: number; re
         <div><dt>Scope</dt><dd>{row.scope}</dd></div>
         <div><dt>Executions</dt><dd>{plural(row.attempts, 'attempt')}</dd></div>
         <div><dt>Created</dt><dd><Time at={row.createdAt} now={nowMs} /></dd></div>
-        <div><dt>{row.completedAt ? 'Took' : 'Running for'}</dt><dd>{duration(end - row.createdAt)}</dd></div>
+        {row.status === 'waiting' ? (
+          <div><dt>Waiting for</dt><dd>{duration(nowMs - row.updatedAt)}</dd></div>
+        ) : (
+          <div><dt>{row.completedAt ? 'Took' : 'Running for'}</dt><dd>{duration(end - row.createdAt)}</dd></div>
+        )}
         {row.status === 'in_progress' && row.lockedUntil !== null ? (
           <div><dt>Lease</dt><dd>{row.lockedUntil > nowMs ? `ends in ${duration(row.lockedUntil - nowMs)}` : `expired ${duration(nowMs - row.lockedUntil)} ago`}</dd></div>
         ) : null}

@@ -7,13 +7,14 @@
  * - A child is started once: its row is inserted (a plain INSERT, so a second
  *   start rolls the whole transaction back) in the transaction that records
  *   the parent's step — the parent waiting for it, or the ref it returned.
- * - A child's end wakes its parent without a lost wake-up: the ending
- *   transaction locks the parent's row (lockParentStatement) before it marks
- *   the parent due, and only if the parent is parked on this child; a parent
- *   that decides to wait locks its own row before it reads the child.
+ * - A child's end wakes its parent without a lost wake-up (lifecycle/wake.ts):
+ *   the ending transaction locks the parent's row before it marks the parent
+ *   due, and only if the parent is parked on this child; a parent that
+ *   decides to wait locks its own row before it reads the child.
  */
 import type { Queryable } from '../../../db/connect.js';
 import { type Clock, sqlNow } from '../../../db/clock.js';
+import type { ResolvedDeadline } from '../../../lifecycle/deadline.js';
 
 export interface ChildClaim {
   scope: string;
@@ -28,6 +29,8 @@ export interface ChildClaim {
   leaseMs: number;
   /** The trace context of the parent's execution, which the child's executions continue. */
   traceContext: string | null;
+  /** The child's deadline (its workflow's), if it has one. */
+  deadline?: ResolvedDeadline | undefined;
 }
 
 /**
@@ -38,14 +41,20 @@ export interface ChildClaim {
  */
 export function insertChildStatement(q: Queryable, clock: Clock, child: ChildClaim) {
   const now = sqlNow(q, clock);
+  const deadline = child.deadline;
+  const deadlineAt = !deadline
+    ? q`null::timestamptz`
+    : 'inMs' in deadline
+      ? q`${now} + ${deadline.inMs}::float8 * interval '1 millisecond'`
+      : q`to_timestamp(${deadline.atMs}::float8 / 1000)`;
   return q`
     insert into stepkey.ledger
       (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts,
-       created_at, updated_at, version, input, root_key, parent_run, trace_context)
+       created_at, updated_at, version, input, root_key, parent_run, trace_context, deadline_at)
     values
       (${child.scope}, ${child.key}, 'run', ${child.workflow}, ${child.fingerprint}, 'in_progress',
        ${child.token}::uuid, clock_timestamp() + ${clock.offsetMs + child.leaseMs}::float8 * interval '1 millisecond', 1,
-       ${now}, ${now}, ${child.version}::int, ${child.input}, ${child.rootKey}, ${child.parentRun}, ${child.traceContext}::text)`;
+       ${now}, ${now}, ${child.version}::int, ${child.input}, ${child.rootKey}, ${child.parentRun}, ${child.traceContext}::text, ${deadlineAt})`;
 }
 
 export interface ChildRow {
@@ -62,19 +71,4 @@ export function readChildStatement(q: Queryable, scope: string, key: string) {
     select status, outcome, outcome_ok, last_error, name, version
       from stepkey.ledger
      where scope = ${scope} and key = ${key} and kind = 'run'`;
-}
-
-/** Locks the parent's row until the child's ending transaction commits. */
-export function lockParentStatement(q: Queryable, scope: string, parentRun: string) {
-  return q`select 1 from stepkey.ledger where scope = ${scope} and key = ${parentRun} for no key update`;
-}
-
-/** Marks the parent due if it is parked waiting for this child. */
-export function wakeParentStatement(q: Queryable, clock: Clock, scope: string, parentRun: string, childKey: string) {
-  const now = sqlNow(q, clock);
-  return q`
-    update stepkey.ledger
-       set wake_at = ${now}
-     where scope = ${scope} and key = ${parentRun}
-       and status = 'waiting' and wait_kind = 'child' and wait_for = ${childKey}`;
 }

@@ -11,7 +11,7 @@
  *   back, so does the consumption.
  * - A wake-up is never lost: the sender locks the run's row before it writes
  *   (lockTargetRun), and marks the run due only if it is parked on this topic
- *   (see waits/sql/park.ts for the waiting side).
+ *   (lifecycle/wake.ts; lifecycle/park.ts for the waiting side).
  */
 import type { Queryable } from '../../../db/connect.js';
 import { type Clock, sqlNow } from '../../../db/clock.js';
@@ -62,17 +62,6 @@ export function insertMessageStatement(q: Queryable, clock: Clock, message: NewM
      where m.scope = ${message.scope} and m.run_key = ${message.runKey}
        and m.topic = ${message.topic} and m.sender_key = ${message.senderKey}
        and not exists (select 1 from inserted)`;
-}
-
-/** Marks the run due now if it is parked waiting for this topic (the sender holds its row's lock). */
-export function wakeForEventStatement(q: Queryable, clock: Clock, scope: string, key: string, topic: string) {
-  const now = sqlNow(q, clock);
-  return q<{ woken: number }[]>`
-    update stepkey.ledger
-       set wake_at = ${now}
-     where scope = ${scope} and key = ${key}
-       and status = 'waiting' and wait_kind = 'event' and wait_for = ${topic}
-    returning 1 as woken`;
 }
 
 /** Consumes the oldest unconsumed message of the topic for the step `stepKey`. */

@@ -18,12 +18,13 @@
  * waiting index) until a resume puts it back in line. Guarantee: under the queue's lock, slots held never exceed the
  * settings on the queue's row; a slot given back (by a transaction that has
  * not committed yet) is at worst counted as still held, never the reverse.
- * Taking a slot and starting the run — a new lease token, status
- * in_progress — are one statement, so a slot never exists without its run
+ * Taking a slot and starting the run — a new lease token (minted by the
+ * caller), status in_progress — are one statement, so a slot never exists without its run
  * executing somewhere, and a run that starts from a queue always holds one.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
+import { randomUUID } from 'node:crypto';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
 
 export interface DispatchedRun {
   scope: string;
@@ -96,6 +97,8 @@ export function dispatchStatement(
   versions: readonly { name: string; version: number }[],
 ) {
   const now = sqlNow(q, clock);
+  // Each run started gets a lease token minted here (nothing volatile in the UPDATE).
+  const tokens = Array.from({ length: Math.max(0, limit) }, () => randomUUID());
   return q`
     with recursive queued_partitions(partition) as (
       (select partition from stepkey.queue_entries
@@ -164,17 +167,19 @@ export function dispatchStatement(
         join chosen c on c.scope = l.scope and c.key = l.key
        where l.status = 'waiting'
          for update of l skip locked
+    ), numbered as (
+      select scope, key, row_number() over () as n from locked
     ), started as (
       update stepkey.ledger l
          set status = 'in_progress',
-             lease_token = gen_random_uuid(),
+             lease_token = (${JSON.stringify(tokens)}::json ->> (k.n::int - 1))::uuid,
              locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
              updated_at = ${now},
              -- A queued run's wait ends here; a parked run's own wait stays for its step to read.
              wait_kind = nullif(l.wait_kind, 'slot'),
              wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
              wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end
-        from locked k
+        from numbered k
        where l.scope = k.scope and l.key = k.key
       returning l.scope, l.key, l.lease_token, l.attempts
     ), granted as (

@@ -1,30 +1,19 @@
 /** Reading a run back: its status, output or error, and each step. */
 import type { Queryable } from '../db/connect.js';
+import { runStatusOf, type RunStatus } from '../lifecycle/states.js';
+
+export type { RunStatus } from '../lifecycle/states.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { StoredError } from '../ledger/outcome.js';
 import { readChildren, readRow, type LedgerRow } from '../ledger/sql/read.js';
 import { storedRootKey } from '../keys/derive.js';
-import { waitView, type RunWaitView } from './waits/wait.js';
+import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import { childKey } from '../keys/derive.js';
-import type { AttemptRecord } from './effects/attempts.js';
-import { attemptInfo, effectSummary, type AttemptInfo, type EffectSummary } from './effects/attempt-view.js';
-import { readAttempts } from './effects/sql/read-attempts.js';
-import { queuePlace, type QueuePlace } from '../read/sql/queue-places.js';
+import type { AttemptRecord } from '../workflow/effects/attempts.js';
+import { attemptInfo, effectSummary, type AttemptInfo, type EffectSummary } from '../workflow/effects/attempt-view.js';
+import { readAttempts } from '../workflow/effects/sql/read-attempts.js';
+import { queuePlace, type QueuePlace } from './sql/queue-places.js';
 
-/**
- * A run's status, named apart for each kind of end:
- *
- *   running        in progress somewhere (a process holds its lease)
- *   waiting        parked on a timer, an event, a child: it holds nothing
- *   needs_review   stopped at an at-most-once call whose outcome is unknown,
- *                  until an operator resolves it (never expires)
- *   completed      its output is stored and replayed
- *   errored        a deterministic error ended it: stored, final, replayed
- *   failed         its retries ran out (or a bug, or a database error that
- *                  retrying cannot fix): not stored, resumable
- *   cancelled      cancelled; the reason is stored
- */
-export type RunStatus = 'running' | 'waiting' | 'needs_review' | 'completed' | 'errored' | 'failed' | 'cancelled';
 
 export interface StepInfo {
   /** The step's instance name: `name`, `name[id]`, `$now[label]`, `$uuid[label]`. */
@@ -87,20 +76,6 @@ export interface RunInfo {
 
 const date = (ms: number | null) => (ms === null ? null : new Date(ms));
 
-export function runStatusOf(row: Pick<LedgerRow, 'status' | 'outcomeOk' | 'waitKind'>): { status: RunStatus; resumable: boolean } {
-  switch (row.status) {
-    case 'in_progress':
-      return { status: 'running', resumable: true };
-    case 'waiting':
-      return row.waitKind === 'review' ? { status: 'needs_review', resumable: false } : { status: 'waiting', resumable: true };
-    case 'failed':
-      return { status: 'failed', resumable: true };
-    case 'cancelled':
-      return { status: 'cancelled', resumable: false };
-    default:
-      return row.outcomeOk ? { status: 'completed', resumable: false } : { status: 'errored', resumable: false };
-  }
-}
 
 export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | undefined> {
   const [row, children, attempts, reruns, place] = await Promise.all([
@@ -163,7 +138,7 @@ export async function readRunInfo(q: Queryable, ref: KeyRef): Promise<RunInfo | 
     ],
   };
   if (row.status === 'waiting' && row.waitKind && row.waitStep) {
-    info.wait = waitView({ kind: row.waitKind, step: row.waitStep, for: row.waitFor, wakeAtMs: row.wakeAt });
+    info.wait = waitView({ kind: row.waitKind, step: row.waitStep, for: row.waitFor, untilMs: row.wakeAt });
   }
   if (place) info.queue = place;
   if (row.outcomeOk && row.status === 'completed') info.output = row.outcome ?? '';

@@ -10,9 +10,9 @@
  * own record is not written here: the run writes it, under its lease, when
  * it reaches the step again.
  */
-import type { Queryable } from '../../../db/connect.js';
-import { type Clock, sqlNow } from '../../../db/clock.js';
-import type { KeyRef } from '../../../ledger/types.js';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
 
 export async function resolveReviewStatement(
   q: Queryable,

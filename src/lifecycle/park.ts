@@ -10,10 +10,12 @@
  * that comes later waits for the lock, finds the run parked and marks it
  * due. A wake-up is never lost between the read and the park.
  */
-import type { Queryable } from '../../../db/connect.js';
-import { type Clock, sqlNow } from '../../../db/clock.js';
-import type { Lease } from '../../../ledger/types.js';
-import type { RunWait } from '../wait.js';
+import type { Queryable } from '../db/connect.js';
+import type { Clock } from '../db/clock.js';
+import { SqlText, StatementText } from '../db/statement-text.js';
+import { giveBackHolds, holdsRead } from './holds.js';
+import type { Lease } from '../ledger/types.js';
+import type { RunWait } from './wait.js';
 
 /**
  * Locks the run's row for the rest of the transaction, fenced by the lease
@@ -32,29 +34,38 @@ export function lockRunStatement(q: Queryable, clock: Clock, lease: Lease) {
 }
 
 /**
- * Parks the run: status `waiting` with its wait, no lease, no expiry.
+ * Park: the run becomes `waiting` with its wait, no lease, no expiry. Its
+ * wait's own end is `wait_until`; any sweeper may take it at `wake_at`, the
+ * earlier of that and the run's deadline (computed here, from the row). What
+ * it holds is given back (holds.ts): a queue slot — unless it parks for one
+ * — and its limit slots.
  * Guarantee: only by the lease holder (SKL01 otherwise), as the last write of
  * the transaction that records everything the run did before it (the step
  * rows before it are fenced by the same, still valid, lease).
  */
 export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait) {
-  const now = sqlNow(q, clock);
-  return q`
-    with parked as (
+  const b = new StatementText();
+  const now = b.now(clock);
+  b.sql`
+    with moved as (
       update stepkey.ledger
          set status = 'waiting',
              wait_kind = ${wait.kind},
              wait_step = ${wait.step},
              wait_for = ${wait.for}::text,
-             wake_at = case when ${wait.wakeAtMs}::float8 is null then null
-                            else to_timestamp(${wait.wakeAtMs}::float8 / 1000) end,
+             wait_until = to_timestamp(${wait.untilMs}::float8 / 1000),
+             wake_at = least(to_timestamp(${wait.untilMs}::float8 / 1000), deadline_at),
              lease_token = null,
              locked_until = null,
              expires_at = null,
              updated_at = ${now}
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1
-    )
-    select stepkey.lease_held(count(*)) from parked`;
+      returning scope, key
+    )`;
+  const holds = wait.kind !== 'slot';
+  if (holds) giveBackHolds(b, lease, 'park');
+  b.sql`
+    select stepkey.lease_held((select count(*) from moved))${new SqlText(holds ? `, ${holdsRead} as woken` : '')}`;
+  return b.query(q);
 }

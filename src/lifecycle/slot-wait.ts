@@ -9,5 +9,5 @@ export const SLOT_WAIT_STEP_PREFIX = 'queue:';
 
 /** The wait of a queued run, as the ledger records it. */
 export function slotWait(queue: string) {
-  return { kind: 'slot' as const, step: `${SLOT_WAIT_STEP_PREFIX}${queue}`, for: queue, wakeAtMs: null };
+  return { kind: 'slot' as const, step: `${SLOT_WAIT_STEP_PREFIX}${queue}`, for: queue, untilMs: null };
 }

@@ -9,15 +9,16 @@
  * lease that has already ended, so the next sweep of any process takes it
  * (FOR UPDATE SKIP LOCKED, a new token of its own). A failed run on a
  * queue is parked waiting for a slot instead, in this same statement, its
- * queue entry back in line (flow/sql/requeue.ts): the queue's next dispatch,
+ * queue entry back in line (lifecycle/requeue.ts): the queue's next dispatch,
  * in any sweep, starts it when a slot is free. Like a takeover, it never waits
  * for a claimant working under the key's advisory lock: then it changes
  * nothing.
  */
-import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
-import type { KeyRef } from '../../ledger/types.js';
-import { backInLine, lineOf, resumedSet } from '../../flow/sql/requeue.js';
+import { randomUUID } from 'node:crypto';
+import type { Queryable } from '../db/connect.js';
+import { type Clock, sqlNow } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
+import { backInLine, lineOf, resumedSet } from './requeue.js';
 
 export interface MadeDue {
   /** The run changed: it is due now. */
@@ -33,10 +34,10 @@ export async function makeRunDue(q: Queryable, clock: Clock, ref: KeyRef): Promi
   const [row] = await q<MadeDue[]>`
     with lock as materialized (
       select pg_try_advisory_xact_lock(hashtextextended(${ref.scope} || chr(31) || ${ref.key}, 0)) as held
-    ), line as materialized (${lineOf(q, ref.scope, ref.key)}
+    ), line as materialized (${lineOf(q, ref.scope, ref.key, { token: randomUUID(), lockedUntil: now })}
     ), made as (
       update stepkey.ledger l
-         set ${resumedSet(q, { token: q`gen_random_uuid()`, lockedUntil: now })},
+         set ${resumedSet(q)},
              expires_at = null,
              updated_at = ${now}
         from line

@@ -1,0 +1,113 @@
+/**
+ * The sweeper: once a sweep interval, this process takes over runs whose
+ * lease expired and parked runs that are due, and resumes them, as many as it
+ * has room for; dispatches its queues; and ends the runs past their deadline
+ * that no live process holds — for a run of any version, in SQL, its
+ * descendants cancelled with it (lifecycle/tree.ts). A sweep that filled every
+ * free slot sweeps again as soon as one of its runs ends, so a backlog of due
+ * runs drains at the pace the process can execute them, not a batch per
+ * interval.
+ */
+import { randomUUID } from 'node:crypto';
+import type { StoredError } from '../ledger/outcome.js';
+import type { KeyRef } from '../ledger/types.js';
+import { deadlineExceededOutcome } from '../lifecycle/deadline.js';
+import { runsPastDeadline, sweepExpiredRuns } from '../lifecycle/sweep.js';
+import { endTree } from '../lifecycle/tree.js';
+import { instrument } from '../telemetry/instrumentation.js';
+import { inDatabase, type EngineCore } from './core.js';
+
+/** Runs past their deadline one sweep ends at most. */
+const DEADLINES_PER_SWEEP = 100;
+
+export class Sweeper {
+  readonly #core: EngineCore;
+  #timer: NodeJS.Timeout | undefined;
+  #sweeping = false;
+  /** The last sweep filled every free slot: more due work is likely waiting. */
+  #backlog = false;
+
+  constructor(core: EngineCore) {
+    this.#core = core;
+  }
+
+  /** Sweeps every `sweepIntervalMs` until stopped; keeps the process alive meanwhile. */
+  start(): void {
+    if (this.#timer || this.#core.closing) return;
+    this.#timer = setInterval(() => {
+      this.sweep().catch((error: unknown) => this.#core.onError(error, 'sweeping'));
+    }, this.#core.settings.sweepIntervalMs);
+  }
+
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** One sweep; returns how many runs it took, dispatched or ended. */
+  async sweep(): Promise<number> {
+    const core = this.#core;
+    if (core.closing || this.#sweeping) return 0;
+    this.#sweeping = true;
+    try {
+      const ended = await this.#endPastDeadline();
+      const capacity = core.settings.maxConcurrentRuns - core.runs.size - core.waker.inFlight;
+      if (capacity <= 0) return ended;
+      const tokens = Array.from({ length: capacity }, () => randomUUID());
+      const taken = await inDatabase('sweeping expired and due runs', () =>
+        sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions()),
+      );
+      this.#backlog = taken.length >= capacity;
+      instrument.sweptRuns(taken.length);
+      for (const run of taken) {
+        const lease = { scope: run.scope, key: run.key, token: run.token };
+        core.deps.log.info(
+          { event: run.woken ? 'run.woken' : 'run.takeover', scope: run.scope, run: run.key, executions: run.attempts },
+          run.woken ? `run '${run.key}' is due; continuing it` : `took over run '${run.key}': its lease expired (its process died or stalled)`,
+        );
+        core.runs
+          .track(lease, () => core.runs.resumeOwned(lease))
+          .catch((error: unknown) => core.onError(error, `resuming run '${run.key}'`))
+          .finally(() => {
+            // A run taken over that held a slot gave it back at its end: its queue is dispatched,
+            // waiting for the queue's lock (a dispatch running now may have counted the slot as held).
+            core.dispatcher.dispatchAfterEnd(run.queue ?? undefined);
+            if (this.#backlog && this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
+          });
+      }
+      return ended + taken.length + (await core.dispatcher.sweep(capacity - taken.length));
+    } finally {
+      this.#sweeping = false;
+    }
+  }
+
+  /** Ends the runs past their deadline that no live process holds, each in its own transaction. */
+  async #endPastDeadline(): Promise<number> {
+    const core = this.#core;
+    const due = await inDatabase('finding runs past their deadline', () => runsPastDeadline(core.sql, core.clock, DEADLINES_PER_SWEEP));
+    let ended = 0;
+    for (const ref of due) {
+      if (core.closing) break;
+      try {
+        if (await this.#endAtDeadline(ref)) ended += 1;
+      } catch (error) {
+        core.onError(error, `ending run '${ref.key}' at its deadline`);
+      }
+    }
+    return ended;
+  }
+
+  async #endAtDeadline(ref: KeyRef): Promise<boolean> {
+    const core = this.#core;
+    const outcome = deadlineExceededOutcome();
+    const descendant: StoredError = { name: 'RunCancelled', message: `its ancestor run '${ref.key}' did not finish before its deadline`, data: { root: ref.key } };
+    const ended = await inDatabase('ending a run at its deadline', () =>
+      endTree(core.sql, core.clock, ref, { status: 'deadline_exceeded', outcome, descendant, pastDeadline: true }, core.settings.retentionMs),
+    );
+    if (!ended.applied) return false;
+    core.deps.log.info({ event: 'run.deadline_exceeded', scope: ref.scope, run: ref.key, cancelled: ended.keys.length - 1 }, `run '${ref.key}' passed its deadline`);
+    core.runs.stop(ref.scope, ended.keys, 'lease_lost');
+    if (ended.parentRun) core.waker.wake({ scope: ref.scope, key: ended.parentRun });
+    return true;
+  }
+}
