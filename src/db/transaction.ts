@@ -18,7 +18,6 @@ import { healthOf, type HeldReservation, type PoolHealth } from './pool-health.j
 
 /** What the body of a transaction queries with. */
 export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepoint'>;
-
 type Pending = postgres.PendingQuery<postgres.Row[]>;
 
 /** The parts of postgres.js's internal connection object that a transaction reads and sets (its BEGIN's onexecute hands it over). */
