@@ -1,10 +1,10 @@
 /**
  * The package as an app gets it: `npm pack` (the package file the README has
- * you make in a clone), then the README's "Use it in your own app" section
- * followed to the letter in a scratch app outside the repository — its
+ * you make in a clone), then the guide docs/own-app.md ("Use it in your own
+ * app") followed to the letter in a scratch app outside the repository — its
  * install lines (offline, see offline-install.ts), its files,
  * its commands: a strict type check, drizzle-kit, a development PostgreSQL,
- * `stepkey migrate`, the worker, the API and the client. Then what the README
+ * `stepkey migrate`, the worker, the API and the client. Then what the guide
  * says comes out of it is checked: one order for a key sent twice, a replay
  * marked Idempotent-Replayed, one receipt delivered, the app's migrations in
  * drizzle's journal. And what a careful package must be: `import 'stepkey'`
@@ -98,7 +98,7 @@ function startBackground(line: string): Promise<string> {
   });
 }
 
-/** Runs one README shell line in the app; returns its output. */
+/** Runs one shell line of the guide in the app; returns its output. */
 async function runLine(line: string): Promise<string> {
   const exported = /^export (\w+)=(\S+)$/.exec(line);
   if (exported) {
@@ -117,7 +117,7 @@ async function runLine(line: string): Promise<string> {
     return `${stdout}${stderr}`;
   } catch (error) {
     const failed = error as { stdout?: string; stderr?: string; message: string };
-    throw new Error(`README line failed: ${line}\n${failed.stdout ?? ''}${failed.stderr ?? ''}${failed.message}`);
+    throw new Error(`guide line failed: ${line}\n${failed.stdout ?? ''}${failed.stderr ?? ''}${failed.message}`);
   }
 }
 
@@ -152,7 +152,7 @@ function files(dir: string): string[] {
   );
 }
 
-describe('the packed package in an app of its own, as the README says', () => {
+describe('the packed package in an app of its own, as docs/own-app.md says', () => {
   it('installs, type-checks strictly, migrates, runs a workflow through a keyed procedure and replays it', { timeout: 1_800_000 }, async () => {
     mkdirSync(app);
     const port = await freePort();
@@ -168,7 +168,7 @@ describe('the packed package in an app of its own, as the README says', () => {
     expect(repack.stderr).toContain('dist/ is a build of these sources: packing it as it is.');
     expect(repack.stderr).not.toMatch(/> stepkey@\S+ build/);
 
-    const steps = readmeSection(join(repo, 'README.md'), 'Use it in your own app');
+    const steps = readmeSection(join(repo, 'docs', 'own-app.md'));
     expect(steps.filter((step) => step.kind === 'sh').length).toBeGreaterThanOrEqual(2);
     let clientOutput = '';
     for (const step of steps) {
@@ -180,7 +180,7 @@ describe('the packed package in an app of its own, as the README says', () => {
       const installs = { dependencies: [] as string[], devDependencies: [] as string[] };
       for (const line of step.lines) {
         const install = npmInstall(line);
-        // The README installs the package file `npm pack` makes in a clone: the one packed here.
+        // The guide installs the package file `npm pack` makes in a clone: the one packed here.
         const specs = install?.specs.map((spec) => {
           if (!spec.endsWith('.tgz')) return spec;
           expect(basename(spec)).toBe(packed[0]!.filename);

@@ -50,9 +50,9 @@ export async function installOffline(options: OfflineInstall): Promise<string> {
         const name = nameOf(spec);
         if (name === 'stepkey') return [name, tarballSpec];
         const locked = repoLock.packages[`node_modules/${name}`]?.version;
-        if (!locked) throw new Error(`the README installs ${name}, which this repository's lockfile does not hold (the pack test installs offline)`);
+        if (!locked) throw new Error(`the guide installs ${name}, which this repository's lockfile does not hold (the pack test installs offline)`);
         const wanted = spec.slice(name.length + 1);
-        if (wanted && /^\d/.test(wanted) && wanted !== locked) throw new Error(`the README installs ${spec}; the lockfile holds ${name}@${locked}`);
+        if (wanted && /^\d/.test(wanted) && wanted !== locked) throw new Error(`the guide installs ${spec}; the lockfile holds ${name}@${locked}`);
         return [name, `^${locked}`];
       }),
     );

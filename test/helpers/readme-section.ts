@@ -1,6 +1,6 @@
 /**
- * The code blocks of one README section, in order, as steps a test can
- * follow: a file to write (a ts/json/jsonc block whose first line is
+ * The code blocks of a guide page (or of one `## ` section of it), in order,
+ * as steps a test can follow: a file to write (a ts/json/jsonc block whose first line is
  * `// <path>`) or shell lines to run (an sh block; comments dropped). Any
  * other block in the section is an error, so nothing there goes untested.
  */
@@ -8,13 +8,17 @@ import { readFileSync } from 'node:fs';
 
 export type ReadmeStep = { kind: 'file'; path: string; text: string } | { kind: 'sh'; lines: string[] };
 
-export function readmeSection(readmePath: string, heading: string): ReadmeStep[] {
+export function readmeSection(readmePath: string, heading?: string): ReadmeStep[] {
   const text = readFileSync(readmePath, 'utf8');
-  const start = text.indexOf(`\n## ${heading}\n`);
-  if (start < 0) throw new Error(`README has no section '## ${heading}'`);
-  const rest = text.slice(start + 1);
-  const end = rest.indexOf('\n## ', 1);
-  const section = end < 0 ? rest : rest.slice(0, end);
+  let section = text;
+  if (heading !== undefined) {
+    const start = text.indexOf(`\n## ${heading}\n`);
+    if (start < 0) throw new Error(`${readmePath} has no section '## ${heading}'`);
+    const rest = text.slice(start + 1);
+    const end = rest.indexOf('\n## ', 1);
+    section = end < 0 ? rest : rest.slice(0, end);
+  }
+  heading ??= readmePath;
   const steps: ReadmeStep[] = [];
   for (const [, language, body] of section.matchAll(/^```(\w*)\n([\s\S]*?)^```$/gm)) {
     const block = body!;
@@ -28,7 +32,7 @@ export function readmeSection(readmePath: string, heading: string): ReadmeStep[]
     }
     const path = /^\/\/ (\S+)\n/.exec(block)?.[1];
     if (!path || !['ts', 'json', 'jsonc'].includes(language!)) {
-      throw new Error(`README '${heading}': a \`\`\`${language} block that is neither a file (first line: // <path>) nor sh:\n${block}`);
+      throw new Error(`'${heading}': a \`\`\`${language} block that is neither a file (first line: // <path>) nor sh:\n${block}`);
     }
     steps.push({ kind: 'file', path, text: block });
   }
