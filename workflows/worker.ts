@@ -1,6 +1,6 @@
 /**
  * The shop's worker process: confirmation emails, crash recovery of checkouts, purging, and its /metrics.
- * It exits 1 if the worker cannot go on (README: "Effects and the worker").
+ * It exits 1 if the worker cannot go on (docs/effects.md).
  */
 import { connect, runWorker } from 'stepkey';
 import { collectDatabaseMetrics, serveMetrics } from 'stepkey/metrics';

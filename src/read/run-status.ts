@@ -4,7 +4,7 @@
  * its label and tone (the dashboard's colour), whether it is open (counted by
  * the metrics' gauge, shown first by `stepkey runs`), the SQL condition on a
  * ledger row `l` that selects it (`:now` is the engine's clock), and the
- * index that serves a filter on it (the README's index table; a test checks
+ * index that serves a filter on it (the index table in docs/performance.md; a test checks
  * the query plans use it).
  *
  * The conditions are tried in order: a row has the first status whose

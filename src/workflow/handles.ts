@@ -73,7 +73,7 @@ interface WaitHandle<Events extends EventDeclarations> {
    * (errored, failed, cancelled) rejects with a ChildRunError.
    */
   child<C extends Workflow>(workflow: C, input: WorkflowInput<C>, use?: StepUse): Promise<WorkflowResult<C>>;
-  /** Starts a child run and returns its ref at once; it runs on its own (see the README on forgotten children). */
+  /** Starts a child run and returns its ref at once; it runs on its own (see docs/waits.md on forgotten children). */
   startChild<C extends Workflow>(workflow: C, input: WorkflowInput<C>, use?: StepUse): Promise<RunRef<C>>;
 }
 

@@ -1,4 +1,4 @@
-/** The chaos run's figures, printed so that the README can quote them. */
+/** The chaos run's figures, printed so that docs/development.md can quote them. */
 import { faultKinds, type FaultKind } from './plan.js';
 import type { FaultDone } from './faults.js';
 import type { LoadFigures } from './load.js';

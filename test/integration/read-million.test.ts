@@ -1,7 +1,7 @@
 /**
  * The read models on 200 000 runs of 4 steps each (10⁶ rows in the ledger and
  * the step table):
- * every filter of the runs listing is served by the index the README names
+ * every filter of the runs listing is served by the index docs/performance.md names
  * (checked with EXPLAIN), never a scan of the ledger, and a page reads
  * fewer than BLOCKS buffer pages (a scan of the ledger reads tens of
  * thousands). Pages are bounded by the work they do, not by a clock. Also the workflows facet, the open

@@ -1,5 +1,5 @@
 /**
- * The types the README promises, checked by `npm run typecheck` (tsc over
+ * The types the README and docs/ promise, checked by `npm run typecheck` (tsc over
  * test/): a change that loosens an inference to `unknown` or `any` fails it.
  * Nothing here runs; the functions are never called.
  */

@@ -9,7 +9,7 @@
  *              newest first within each: one branch per group, each served by
  *              its own index, in one statement
  *
- * Which index serves which filter (the README's table; a test with 200 000
+ * Which index serves which filter (the table in docs/performance.md; a test with 200 000
  * runs checks the plans):
  *   none, time, completed        ledger_runs_created_idx (created_at, scope, key)
  *   workflow (and version)       ledger_runs_workflow_idx (name, version, created_at, …),
