@@ -4,8 +4,12 @@
  * with 1, 100 and 2,000 parked runs falling due at once (and how long 2,000
  * take to drain), and how soon a waiting run continues after `send` — in the
  * sending process (a prompt wake) and in another one (the next sweep).
+ * Beside the burst, its reference: the same process running as many new
+ * one-step runs (the same step) at the same concurrency; and 1,000 runs that
+ * sleep 2 s, started as fast as the process starts them, woken by it.
  * Defaults everywhere: lease 8 s, sweep every 1 s, 8 runs at once per process.
  */
+import { loadavg } from 'node:os';
 import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
@@ -35,6 +39,19 @@ const listener = defineWorkflow({
     const { payload } = await steps.ping.waitForEvent('ping');
     await steps.after.tx(async (_db, { sql }) => {
       await sql`insert into bench_wakes (run_key, at, sent_at) values (${ctx.rootKey}, clock_timestamp(), to_timestamp(${payload.sentAt}::float8 / 1000))`;
+    });
+  },
+});
+
+/** The reference: a new run doing what a woken napper does after its wake. */
+const oneStep = defineWorkflow({
+  name: 'bench-one-step',
+  version: 1,
+  input: z.object({}),
+  steps: { after: step('after.v1') },
+  async run({ steps, ctx }) {
+    await steps.after.tx(async (_db, { sql }) => {
+      await sql`insert into bench_wakes (run_key, at) values (${ctx.rootKey}, clock_timestamp())`;
     });
   },
 });
@@ -91,6 +108,60 @@ async function wakeLatency(db: Database, runs: number): Promise<{ p50: number; p
   return { p50: percentile(late, 50), p99: percentile(late, 99), drainMs: late.at(-1) ?? 0 };
 }
 
+/** How long the process takes to run `runs` new one-step runs, 8 at once (its default concurrency). */
+async function newRunsMs(db: Database, runs: number): Promise<number> {
+  await db.sql`truncate bench_wakes`;
+  const engine = createEngine({ database: db, workflows: [oneStep], onError: () => {}, logger: false });
+  let next = 0;
+  const began = performance.now();
+  await Promise.all(
+    Array.from({ length: engine.maxConcurrentRuns }, async () => {
+      while (next < runs) {
+        const i = next;
+        next += 1;
+        await engine.run(oneStep, { scope: 'bench-new', key: `new-${i}` }, {});
+      }
+    }),
+  );
+  const ms = performance.now() - began;
+  await engine.shutdown();
+  return ms;
+}
+
+/**
+ * `runs` runs that sleep `napMs`, started by 8 loops as fast as one process
+ * starts them; the same process wakes them. How late the step after the
+ * wake came, against each run's own wake time.
+ */
+async function sleepersLateness(db: Database, runs: number, napMs: number): Promise<{ p50: number; p99: number; load: number }> {
+  await db.sql`truncate bench_wakes`;
+  const engine = createEngine({ database: db, workflows: [napper], onError: () => {}, logger: false });
+  engine.startSweeper();
+  const until = new Map<string, number>();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 8 }, async () => {
+      while (next < runs) {
+        const i = next;
+        next += 1;
+        const at = Date.now() + napMs;
+        const handle = await engine.start(napper, { scope: 'bench-sleepers', key: `sleep-${i}` }, { until: at });
+        if (handle.rootKey) until.set(handle.rootKey, at);
+      }
+    }),
+  );
+  const deadline = Date.now() + 300_000;
+  while ((await count(db, `select count(*)::int as n from bench_wakes`)) < runs && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const load = loadavg()[0]!;
+  await engine.shutdown();
+  const late = (await db.sql<{ run_key: string; ms: number }[]>`select run_key, extract(epoch from at) * 1000 as ms from bench_wakes`)
+    .map((row) => Number(row.ms) - (until.get(row.run_key) ?? Number.NaN))
+    .sort((a, b) => a - b);
+  return { p50: percentile(late, 50), p99: percentile(late, 99), load };
+}
+
 let unblock: () => void = () => {};
 const blocker = defineWorkflow({
   name: 'bench-blocker',
@@ -145,11 +216,22 @@ export async function waitsBench(options: { ops: number; runs: number }): Promis
     printTable('Parked runs: what 2,000 runs waiting cost (one process)', ['measure', 'before', 'after parking 2,000'], await parkedCost(db));
 
     const rows: (string | number)[][] = [];
+    let drained = 0;
     for (const runs of [1, 100, 2_000]) {
       const { p50, p99, drainMs } = await wakeLatency(db, runs);
+      if (runs === 2_000) drained = drainMs;
       rows.push([runs, p50, p99, runs === 2_000 ? `${(drainMs / 1000).toFixed(1)} s` : '—']);
     }
     printTable('Wake latency after the wake time (one worker, sweep every 1 s)', ['parked runs', 'p50 ms', 'p99 ms', 'last woke after'], rows);
+    const reference = await newRunsMs(db, 2_000);
+    printTable('2,000 due at one instant, beside 2,000 new one-step runs in the same process', ['measure', 'seconds', 'ratio'], [
+      ['2,000 new one-step runs, 8 at once (the reference)', (reference / 1000).toFixed(1), '1.00'],
+      ['2,000 parked runs due at once, all continued', (drained / 1000).toFixed(1), (drained / reference).toFixed(2)],
+    ]);
+    const sleepers = await sleepersLateness(db, 1_000, 2_000);
+    printTable('1,000 runs sleeping 2 s, started as fast as the process starts them: the step after the wake, late by', ['p50 ms', 'p99 ms', 'load (1 min) at the end'], [
+      [Math.round(sleepers.p50), Math.round(sleepers.p99), sleepers.load.toFixed(2)],
+    ]);
 
     const sends = Math.min(200, options.ops);
     const prompt = await sendLatency(db, true, sends);
