@@ -86,6 +86,7 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
     },
     flow,
   );
+  deps.slotHandOff = dispatcher;
   Object.assign(core, {
     deps,
     flow,
