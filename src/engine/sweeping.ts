@@ -51,7 +51,7 @@ export class Sweeper {
     this.#sweeping = true;
     try {
       const ended = await this.#endPastDeadline();
-      const capacity = core.settings.maxConcurrentRuns - core.runs.size - core.waker.inFlight;
+      const capacity = core.settings.wakeRoom - core.waker.admitted - core.waker.inFlight;
       if (capacity <= 0) return ended;
       const tokens = Array.from({ length: capacity }, () => randomUUID());
       const taken = await inDatabase('sweeping expired and due runs', () =>
@@ -65,8 +65,8 @@ export class Sweeper {
           { event: run.woken ? 'run.woken' : 'run.takeover', scope: run.scope, run: run.key, executions: run.attempts },
           run.woken ? `run '${run.key}' is due; continuing it` : `took over run '${run.key}': its lease expired (its process died or stalled)`,
         );
-        core.runs
-          .track(lease, () => core.runs.resumeOwned(lease))
+        core.waker
+          .admit(core.runs.track(lease, () => core.runs.resumeOwned(lease)))
           .catch((error: unknown) => core.onError(error, `resuming run '${run.key}'`))
           .finally(() => {
             // A run taken over that held a slot gave it back at its end: its queue is dispatched,
