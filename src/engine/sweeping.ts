@@ -26,6 +26,8 @@ export class Sweeper {
   #sweeping = false;
   /** The last sweep filled every free slot: more due work is likely waiting. */
   #backlog = false;
+  /** A run of a backlog ended while a sweep was in flight: sweep again when it ends. */
+  #again = false;
 
   constructor(core: EngineCore) {
     this.#core = core;
@@ -47,7 +49,12 @@ export class Sweeper {
   /** One sweep; returns how many runs it took, dispatched or ended. */
   async sweep(): Promise<number> {
     const core = this.#core;
-    if (core.closing || this.#sweeping) return 0;
+    if (core.closing) return 0;
+    if (this.#sweeping) {
+      // Room came free during a sweep of a backlog: sweep again right after it, not at the next interval.
+      if (this.#backlog) this.#again = true;
+      return 0;
+    }
     this.#sweeping = true;
     try {
       const ended = await this.#endPastDeadline();
@@ -78,6 +85,10 @@ export class Sweeper {
       return ended + taken.length + (await core.dispatcher.sweep(capacity - taken.length));
     } finally {
       this.#sweeping = false;
+      if (this.#again) {
+        this.#again = false;
+        if (this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
+      }
     }
   }
 

@@ -178,20 +178,24 @@ async function sleepersLateness(db: Database, runs: number, napMs: number): Prom
   return { p50: percentile(late, 50), p99: percentile(late, 99), load };
 }
 
+
 let unblock: () => void = () => {};
+let holding = false;
+/** Woken right after its start (a short sleep), it then holds its process's room until unblocked. */
 const blocker = defineWorkflow({
   name: 'bench-blocker',
   version: 1,
   input: z.object({}),
-  steps: { hold: step('hold.v1') },
+  steps: { nap: step('nap.v1'), hold: step('hold.v1') },
   async run({ steps }) {
-    await steps.hold.call(() => new Promise<void>((resolve) => (unblock = resolve)));
+    await steps.nap.sleepUntil(new Date(Date.now() + 1));
+    await steps.hold.call(() => new Promise<void>((resolve) => ((holding = true), (unblock = resolve))));
   },
 });
 
 /**
  * A send to a waiting run, until its waiting step has continued: in the
- * sending process (a prompt wake), or — the sender busy, its one run slot
+ * sending process (a prompt wake), or — the sender's room for woken runs
  * taken — in a worker, by its next sweep.
  */
 async function sendLatency(db: Database, prompt: boolean, runs: number): Promise<{ p50: number; p99: number }> {
@@ -203,7 +207,9 @@ async function sendLatency(db: Database, prompt: boolean, runs: number): Promise
   const sender = createEngine({ database: db, workflows: [listener, blocker], onError: () => {}, logger: false, maxConcurrentRuns: prompt ? 8 : 1 });
   let worker: Engine | undefined;
   if (!prompt) {
+    // The sender's one room for woken runs is taken by a run it woke, which holds it.
     await sender.start(blocker, { scope, key: 'busy' }, {});
+    while (!holding) await new Promise((resolve) => setTimeout(resolve, 10));
     worker = createEngine({ database: db, workflows: [listener], onError: () => {}, logger: false });
     worker.startSweeper();
   }
