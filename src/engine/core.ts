@@ -49,7 +49,7 @@ export async function inDatabase<T>(action: string, work: () => Promise<T>): Pro
 
 /** Wires an engine's parts together: the one place they are made. */
 export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { closing: boolean } {
-  const settings = engineSettings(options);
+  const settings = engineSettings(options, sql.options.max);
   const clock = options.clock ?? systemClock;
   const registry = new WorkflowRegistry(options.workflows ?? []);
   const core = { sql, clock, registry, settings, closing: false } as EngineCore & { closing: boolean };
@@ -86,6 +86,7 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
     },
     flow,
   );
+  deps.slotHandOff = dispatcher;
   Object.assign(core, {
     deps,
     flow,

@@ -31,7 +31,7 @@ export interface EngineOptions {
   retentionMs?: number;
   /** How often the sweeper looks for expired leases (default 1 s, env STEPKEY_SWEEP_INTERVAL_MS). */
   sweepIntervalMs?: number;
-  /** Runs the sweeper may execute at once in this process (default 8; each holds a pooled connection while it writes). */
+  /** Runs this process executes at once that it woke, took over or dispatched from a queue (default 8; each holds a pooled connection while it writes). Woken runs also leave a fifth of the pool (at least 2 connections) to what callers send. */
   maxConcurrentRuns?: number;
   /** Queues this engine enqueues on and dispatches (see defineQueue). */
   queues?: readonly Queue<any>[];
@@ -90,6 +90,13 @@ export interface EngineSettings {
   retentionMs: number;
   sweepIntervalMs: number;
   maxConcurrentRuns: number;
+  /**
+   * Runs woken or taken over by this process at once, at most: no more than
+   * `maxConcurrentRuns`, and a share of the pool (a fifth, at least 2
+   * connections) left to what the process's callers send — starts, sends,
+   * reads — so that a process busy waking never starves them.
+   */
+  wakeRoom: number;
 }
 
 const envNumber = (name: string): number | undefined => {
@@ -97,14 +104,16 @@ const envNumber = (name: string): number | undefined => {
   return value === undefined || value === '' ? undefined : Number(value);
 };
 
-export function engineSettings(options: EngineOptions): EngineSettings {
+export function engineSettings(options: EngineOptions, poolMax: number): EngineSettings {
   const leaseMs = positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), DEFAULT_LEASE_MS);
+  const maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 8);
   return {
     leaseMs,
     heartbeatMs: positive('heartbeatMs', options.heartbeatMs, Math.max(50, Math.floor(leaseMs / 3))),
     retentionMs: positive('retentionMs', options.retentionMs, DEFAULT_RETENTION_MS),
     sweepIntervalMs: positive('sweepIntervalMs', options.sweepIntervalMs ?? envNumber('STEPKEY_SWEEP_INTERVAL_MS'), 1_000),
-    maxConcurrentRuns: positive('maxConcurrentRuns', options.maxConcurrentRuns, 8),
+    maxConcurrentRuns,
+    wakeRoom: Math.min(maxConcurrentRuns, Math.max(1, poolMax - Math.max(2, Math.ceil(poolMax / 5)))),
   };
 }
 

@@ -26,6 +26,8 @@ export class Sweeper {
   #sweeping = false;
   /** The last sweep filled every free slot: more due work is likely waiting. */
   #backlog = false;
+  /** A run of a backlog ended while a sweep was in flight: sweep again when it ends. */
+  #again = false;
 
   constructor(core: EngineCore) {
     this.#core = core;
@@ -47,11 +49,16 @@ export class Sweeper {
   /** One sweep; returns how many runs it took, dispatched or ended. */
   async sweep(): Promise<number> {
     const core = this.#core;
-    if (core.closing || this.#sweeping) return 0;
+    if (core.closing) return 0;
+    if (this.#sweeping) {
+      // Room came free during a sweep of a backlog: sweep again right after it, not at the next interval.
+      if (this.#backlog) this.#again = true;
+      return 0;
+    }
     this.#sweeping = true;
     try {
       const ended = await this.#endPastDeadline();
-      const capacity = core.settings.maxConcurrentRuns - core.runs.size - core.waker.inFlight;
+      const capacity = core.settings.wakeRoom - core.waker.admitted - core.waker.inFlight;
       if (capacity <= 0) return ended;
       const tokens = Array.from({ length: capacity }, () => randomUUID());
       const taken = await inDatabase('sweeping expired and due runs', () =>
@@ -65,8 +72,8 @@ export class Sweeper {
           { event: run.woken ? 'run.woken' : 'run.takeover', scope: run.scope, run: run.key, executions: run.attempts },
           run.woken ? `run '${run.key}' is due; continuing it` : `took over run '${run.key}': its lease expired (its process died or stalled)`,
         );
-        core.runs
-          .track(lease, () => core.runs.resumeOwned(lease))
+        core.waker
+          .admit(core.runs.track(lease, () => core.runs.resumeOwned(lease)))
           .catch((error: unknown) => core.onError(error, `resuming run '${run.key}'`))
           .finally(() => {
             // A run taken over that held a slot gave it back at its end: its queue is dispatched,
@@ -78,6 +85,10 @@ export class Sweeper {
       return ended + taken.length + (await core.dispatcher.sweep(capacity - taken.length));
     } finally {
       this.#sweeping = false;
+      if (this.#again) {
+        this.#again = false;
+        if (this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
+      }
     }
   }
 

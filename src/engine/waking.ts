@@ -3,8 +3,11 @@
  * runs the run's version — after an event it sent, a child's end, a slot, a
  * resolution, or its own timer (waits/wake-timers.ts arms one for the runs
  * parked here on a time). Otherwise the next sweep takes it, here or
- * anywhere. Wakes share the room of `maxConcurrentRuns` with the runs this
- * process executes.
+ * anywhere. Woken runs (and runs the sweep takes over) have a room of their
+ * own, `wakeRoom`: at most `maxConcurrentRuns`, less a share of the pool
+ * left to the process's callers; runs a caller starts do not take it. A wake
+ * that finds no room waits in a bounded line and is taken as soon as a woken
+ * run here ends, not a sweep interval later.
  */
 import { randomUUID } from 'node:crypto';
 import { translateDatabaseError } from '../errors/pg-errors.js';
@@ -16,12 +19,20 @@ import type { EngineCore } from './core.js';
 
 /** Runs parked here on a wait due within this long get a prompt wake at its time (later ones: the sweep). */
 const WAKE_HORIZON_MS = 60_000;
+/** Prompt wakes armed at once, at most (past it, the sweep wakes the run). */
+const MAX_WAKE_TIMERS = 10_000;
+/** Wakes that found no room, kept for the next free room (past it, the sweep wakes the run). */
+const MAX_WAITING_WAKES = 1_000;
 
 export class Waker {
   readonly #core: EngineCore;
   readonly #timers: WakeTimers;
   /** Wakes whose take is in flight: room they hold until the run they take is running. */
   #waking = 0;
+  /** Runs woken or taken over here, executing now (see admit). */
+  #admitted = 0;
+  /** Due runs whose wake found no room, first come first; each taken when a woken run here ends. */
+  readonly #waiting = new Map<string, { ref: KeyRef; missed: ((ref: KeyRef) => Promise<void>) | undefined }>();
 
   constructor(core: EngineCore) {
     this.#core = core;
@@ -29,6 +40,7 @@ export class Waker {
       wake: (ref) => this.wake(ref, (missed) => this.#afterTimerMiss(missed)),
       now: () => Date.now() + core.clock.offsetMs,
       horizonMs: WAKE_HORIZON_MS,
+      maxTimers: MAX_WAKE_TIMERS,
     });
   }
 
@@ -43,8 +55,11 @@ export class Waker {
    */
   wake(ref: KeyRef, missed?: (ref: KeyRef) => Promise<void>): void {
     const core = this.#core;
-    if (core.closing || core.runs.size + this.#waking >= core.settings.maxConcurrentRuns) return;
-    if (core.runs.wakeAfter(ref)) return;
+    if (core.closing || core.runs.wakeAfter(ref)) return;
+    if (this.#admitted + this.#waking >= core.settings.wakeRoom) {
+      if (this.#waiting.size < MAX_WAITING_WAKES) this.#waiting.set(`${ref.scope}\u001f${ref.key}`, { ref, missed });
+      return;
+    }
     this.#waking += 1;
     void (async () => {
       let taken;
@@ -53,10 +68,41 @@ export class Waker {
       } finally {
         this.#waking -= 1;
       }
-      if (!taken) return missed?.(ref);
+      if (!taken) {
+        this.roomFreed();
+        return missed?.(ref);
+      }
       const lease = { scope: taken.scope, key: taken.key, token: taken.token };
-      await core.runs.track(lease, () => core.runs.resumeOwned(lease));
+      await this.admit(core.runs.track(lease, () => core.runs.resumeOwned(lease)));
     })().catch((error: unknown) => core.onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`));
+  }
+
+  /** Runs woken or taken over here, executing now. */
+  get admitted(): number {
+    return this.#admitted;
+  }
+
+  /**
+   * Counts an execution of a run this process woke or took over (its wake
+   * or its sweep) against `wakeRoom` until it ends: runs a caller started do
+   * not take a woken run's room, nor the reverse.
+   */
+  admit<T>(execution: Promise<T>): Promise<T> {
+    this.#admitted += 1;
+    return execution.finally(() => {
+      this.#admitted -= 1;
+      this.roomFreed();
+    });
+  }
+
+  /** A woken run here ended: its room goes to the longest-waiting wake, if any. */
+  roomFreed(): void {
+    const core = this.#core;
+    while (this.#waiting.size > 0 && !core.closing && this.#admitted + this.#waking < core.settings.wakeRoom) {
+      const [id, first] = this.#waiting.entries().next().value as [string, { ref: KeyRef; missed: ((ref: KeyRef) => Promise<void>) | undefined }];
+      this.#waiting.delete(id);
+      this.wake(first.ref, first.missed);
+    }
   }
 
   /** A duplicate found the run parked and due (its sweeper has not come yet): wake it here. */
@@ -75,6 +121,7 @@ export class Waker {
 
   clear(): void {
     this.#timers.clear();
+    this.#waiting.clear();
   }
 
   /** A timer's wake took nothing: the run not due yet by the database's clock, or due on a queue (waits/wake-timers.ts). */

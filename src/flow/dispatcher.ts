@@ -15,7 +15,9 @@ import { instrument } from '../telemetry/instrumentation.js';
 import { enqueueRun } from './enqueue.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
-import type { DispatchedRun } from '../lifecycle/dispatch.js';
+import { dispatchedRuns, type DispatchedRun } from '../lifecycle/dispatch.js';
+import type { Queryable } from '../db/connect.js';
+import type { SlotHandOff } from '../workflow/slot-handoff.js';
 
 /** A run the enqueue itself started: executed without loading what its caller already holds. */
 export interface OwnRun {
@@ -53,9 +55,17 @@ export interface EnqueueOutcome {
   requeued: boolean;
 }
 
-export class Dispatcher {
+const idOf = (ref: KeyRef) => `${ref.scope}\u001f${ref.key}`;
+
+export class Dispatcher implements SlotHandOff {
   readonly #host: DispatchHost;
   readonly #flow: FlowControl;
+  /** Queues ('' for all) with a dispatch in flight from here, and whether it is asked for again. */
+  readonly #dispatching = new Map<string, boolean>();
+  /** Runs executing here that a dispatch started: the queue whose slot each holds. */
+  readonly #holding = new Map<string, string>();
+  /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
+  readonly #handedOver = new Set<string>();
 
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
@@ -70,7 +80,7 @@ export class Dispatcher {
   async enqueue(definition: Workflow, ref: KeyRef, run: QueuedRun, fingerprints: { fingerprint: string; legacyFingerprint: () => string }): Promise<EnqueueOutcome> {
     const host = this.#host;
     const root = newRootKey(ref.scope, ref.key);
-    const { claim, dispatched, requeued } = await enqueueRun(host.sql, host.clock, this.#flow, {
+    const { claim, dispatched, requeued, dispatchAfter } = await enqueueRun(host.sql, host.clock, this.#flow, {
       ref,
       claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText, ...(run.deadline ? { deadline: run.deadline } : {}) }, rootKey: root },
       entry: run.entry,
@@ -85,6 +95,7 @@ export class Dispatcher {
     const own = claim.state === 'owned' && !claim.resumed;
     if (own) instrument.runStarted(definition);
     this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
+    if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue);
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
   }
@@ -111,25 +122,67 @@ export class Dispatcher {
   startDispatched(queue: string, runs: readonly DispatchedRun[], own?: OwnRun): void {
     for (const run of runs) {
       const lease = { scope: run.scope, key: run.key, token: run.token };
+      const id = idOf(lease);
       const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
+      this.#holding.set(id, queue);
       this.#host
         .execute(lease, mine ? own : undefined)
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
-        .finally(() => this.dispatchAfterEnd(queue));
+        .finally(() => {
+          if (this.#holding.get(id) === queue) this.#holding.delete(id);
+          if (!this.#handedOver.delete(id)) this.dispatchAfterEnd(queue);
+        });
     }
   }
 
-  /** Dispatches `queue` (waiting for its lock), or every queue no other process is dispatching. */
+  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction, if its lock is free. */
+  withCompletion(lease: { scope: string; key: string }, q: Queryable) {
+    const queue = this.#holding.get(idOf(lease));
+    const host = this.#host;
+    if (queue === undefined || host.closing) return [];
+    // The ending run's own room is free once it has ended.
+    const capacity = Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1);
+    return this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
+  }
+
+  afterCompletion(lease: { scope: string; key: string }, answers: readonly unknown[]): void {
+    const [locked, dispatched] = answers as [readonly { name: string }[] | undefined, readonly unknown[] | undefined];
+    // The queue's lock was taken: what its dispatch started is executed here, whatever else happened.
+    const queue = locked?.[0]?.name;
+    if (queue === undefined) return;
+    this.#handedOver.add(idOf(lease));
+    this.startDispatched(queue, dispatchedRuns(dispatched));
+  }
+
+  /**
+   * Dispatches `queue` (waiting for its lock), or every queue no other
+   * process is dispatching. One dispatch per queue at a time from this
+   * process: a request while one is in flight makes it run once more when it
+   * ends (its snapshot may predate what the request was for), so that many
+   * ends and enqueues at once cost one waiter on the lock, not one each.
+   */
   dispatchAfterEnd(queue?: string): void {
     const host = this.#host;
+    if (host.closing || !this.#flow.enabled) return;
+    const id = queue ?? '';
+    if (this.#dispatching.has(id)) {
+      this.#dispatching.set(id, true);
+      return;
+    }
     const capacity = host.maxConcurrentRuns - host.activeRuns;
-    if (host.closing || capacity <= 0 || !this.#flow.enabled) return;
+    if (capacity <= 0) return;
+    this.#dispatching.set(id, false);
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
         for (const result of results) this.startDispatched(result.queue, result.runs);
       })
-      .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`));
+      .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
+      .finally(() => {
+        const again = this.#dispatching.get(id);
+        this.#dispatching.delete(id);
+        if (again) this.dispatchAfterEnd(queue);
+      });
   }
 
   /** A sweep's dispatch of every queue, up to `capacity` runs; returns how many it started. */

@@ -3,8 +3,13 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   lock the queue (its advisory lock and its row's)
+ *   lock the queue if no one holds its lock (its advisory lock and its row's)
  *   insert the entry; park the run (wait_kind 'slot'); dispatch; COMMIT
+ *
+ * When another transaction holds the queue's lock, the entry and the park
+ * commit without it and without a dispatch, and the queue is dispatched right
+ * after (lifecycle/dispatch.ts, tryLockQueueStatement): enqueues on one queue
+ * do not wait for each other.
  *
  * When the queue has a free slot, the dispatch in that same transaction
  * starts the run (or, by the queue's order, another queued run), and this
@@ -52,6 +57,8 @@ export type Enqueued = {
   dispatched: DispatchedRun[];
   /** The claim resumed a failed run: it is back in line for a slot. */
   requeued: boolean;
+  /** The entry was added without the queue's lock: its queue is to be dispatched now. */
+  dispatchAfter?: boolean;
 };
 
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
@@ -70,10 +77,17 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       else tx.abandon();
       return { claim, dispatched: [], requeued: false };
     }
-    await flow.lockIn(tx.sql, request.entry.queue);
-    const [, , dispatched] = await tx.commit(
+    const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
+    ] as const;
+    if (!(await flow.tryLockIn(tx.sql, request.entry.queue))) {
+      // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the dispatch follows.
+      await tx.commit(...entry);
+      return { claim, dispatched: [], requeued: false, dispatchAfter: true };
+    }
+    const [, , dispatched] = await tx.commit(
+      ...entry,
       flow.dispatchIn(tx.sql, request.entry.queue, request.capacity, request.leaseMs, request.versions),
     );
     return { claim, dispatched: dispatchedRuns(dispatched), requeued: false };

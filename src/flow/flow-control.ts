@@ -4,13 +4,13 @@
  * queued runs ends (the slot it gave back goes to the next run at once), and
  * on every sweep (delayed runs come due, slots freed by other processes).
  */
-import type { Sql } from '../db/connect.js';
+import type { Queryable, Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, type DispatchedRun } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, type DispatchedRun } from '../lifecycle/dispatch.js';
 import { writeQueueSettings } from './sql/settings.js';
 
 export type Versions = readonly { name: string; version: number }[];
@@ -73,8 +73,22 @@ export class FlowControl {
     await Promise.all([lockQueueStatement(tx, [queue], false), lockQueueRowStatement(tx, queue, false)]);
   }
 
+  /** Within an open transaction (an enqueue's): takes both of the queue's locks if no one holds them; false if someone does. */
+  async tryLockIn(tx: TxSql, queue: string): Promise<boolean> {
+    return (await tryLockQueueStatement(tx, queue)).length > 0;
+  }
+
   dispatchIn(tx: TxSql, queue: string, limit: number, leaseMs: number, versions: Versions) {
     return dispatchStatement(tx, this.#clock, queue, limit, leaseMs, versions);
+  }
+
+  /**
+   * The hand-over of a slot, sent last in a transaction that gives one back
+   * (a queued run's completion): the queue's lock if no one holds it, and a
+   * dispatch that starts runs only if that lock was taken.
+   */
+  handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions) {
+    return [tryLockQueueStatement(q, queue), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true })];
   }
 
   /**

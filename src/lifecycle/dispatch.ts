@@ -76,6 +76,22 @@ export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: bo
     : q<{ name: string }[]>`select name from stepkey.queues where name = ${queue} for update`;
 }
 
+/**
+ * An enqueue's lock, taken only if free: the queue's advisory lock and then
+ * its row's, in one statement; an empty answer means another transaction is
+ * dispatching or enqueuing on the queue. An enqueue that does not get it adds
+ * its entry without dispatching (an entry waiting is never a slot granted),
+ * and dispatches after its commit, waiting for the lock then — so that
+ * concurrent enqueues commit side by side instead of one after another.
+ */
+export function tryLockQueueStatement(q: Queryable, queue: string) {
+  // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
+  return q`
+    select set_config('stepkey.dispatching', name, true) as name from stepkey.queues
+     where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
+       for update`;
+}
+
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
 function queueLockKey(q: Queryable, column: string) {
   return q`hashtextextended('stepkey.queue' || chr(30) || ${q(column)}, 0)`;
@@ -95,10 +111,16 @@ export function dispatchStatement(
   limit: number,
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
+  options: { guarded?: boolean } = {},
 ) {
   const now = sqlNow(q, clock);
   // Each run started gets a lease token minted here (nothing volatile in the UPDATE).
   const tokens = Array.from({ length: Math.max(0, limit) }, () => randomUUID());
+  // Guarded: sent in a pipeline after tryLockQueueStatement, it starts nothing and writes nothing
+  // unless that statement took the queue's lock (its own snapshot, taken after, sees every grant).
+  const locked = options.guarded
+    ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text`
+    : q`true`;
   return q`
     with recursive queued_partitions(partition) as (
       (select partition from stepkey.queue_entries
@@ -123,9 +145,11 @@ export function dispatchStatement(
        where queue = ${queue} and holding
        group by partition
     ), free as (
-      select greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0),
-                               ${limit}::int,
-                               coalesce(floor(s.tokens), ${limit}::int)))::int as n
+      select case when ${locked}
+                  then greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0),
+                                         ${limit}::int,
+                                         coalesce(floor(s.tokens), ${limit}::int)))::int
+                  else 0 end as n
         from settings s
     ), parts as (
       -- The partitions with queued runs, by a skip scan of the waiting index (one probe per partition).
@@ -197,7 +221,7 @@ export function dispatchStatement(
       update stepkey.queues
          set tokens = s.tokens - (select count(*) from started), refilled_at = ${now}
         from settings s
-       where queues.name = ${queue} and s.rate_limit is not null
+       where queues.name = ${queue} and s.rate_limit is not null and ${locked}
     )
     select scope, key, lease_token::text as token, attempts from started`;
 }

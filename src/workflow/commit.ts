@@ -79,7 +79,11 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   // A limit slot held by a step recorded here is given back in the same commit — before a
   // completion in it, whose trigger would give it back without naming the waiter it wakes.
   let giveBack: Statement | undefined;
+  // Sent last with a completion: the run's queue slot handed to the next queued run (slot-handoff.ts).
+  let handOff = 0;
   const build = (q: Queryable, more: CommitExtra): Statement[] => {
+    const handing = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease, q) ?? [] : [];
+    handOff = handing.length;
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
@@ -92,8 +96,10 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
       ...(staleStart && !extra.complete ? [refreshRunLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
       ...(extra.statements?.(q) ?? []),
       ...(more.statements?.(q) ?? []),
+      ...handing,
     ];
   };
+  let answers: readonly unknown[] = [];
   let committed: StepRow[] = rows;
   let written: AttemptWrite[] = attempts;
   try {
@@ -102,13 +108,13 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
       const more = prepare ? await prepare(transaction.sql) : {};
       committed = [...rows, ...(more.rows ?? [])];
       written = [...attempts, ...(more.attempts ?? [])];
-      await transaction.commit(...build(transaction.sql, more));
+      answers = await transaction.commit(...build(transaction.sql, more));
     } else {
       const statements = build(state.deps.sql, {});
-      if (statements.length === 1) await statements[0];
+      if (statements.length === 1) answers = [await statements[0]];
       else if (statements.length > 1) {
         const fresh = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
-        await fresh.commit(...build(fresh.sql, {}));
+        answers = await fresh.commit(...build(fresh.sql, {}));
       }
     }
   } catch (error) {
@@ -137,6 +143,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   state.buffer.traceToStore = undefined;
   for (const row of committed) state.record.finished.set(row.name, row);
   state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
+  if (handOff > 0) state.deps.slotHandOff?.afterCompletion(state.lease, answers.slice(-handOff));
   await state.deps.limits?.afterGiveBack(state, giveBack);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }

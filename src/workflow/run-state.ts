@@ -22,6 +22,7 @@ import type { WorkflowRegistry } from './registry.js';
 import type { RunWait } from '../lifecycle/wait.js';
 import type { Logger } from '../log/logger.js';
 import type { StepLimits } from './step-limits.js';
+import type { SlotHandOff } from './slot-handoff.js';
 
 export interface RunDeps {
   sql: Sql;
@@ -33,6 +34,8 @@ export interface RunDeps {
   log: Logger;
   /** The step limits the engine registers (src/flow), if any. */
   limits?: StepLimits;
+  /** The queue slot's hand-over at a run's end (src/flow), if the engine registers queues. */
+  slotHandOff?: SlotHandOff;
 }
 
 /** What steps need of the engine that runs them: the workflows it knows, and runs it starts or wakes. */

@@ -1,37 +1,53 @@
 /**
- * Flow control: the throughput of queued one-step runs — enqueued, dispatched
- * and executed by 1 and 2 worker processes' engines (each its own pool) — as
- * a ratio to the same workflow run unqueued in the same run; the start
- * latency of a run enqueued on an empty queue (enqueue to its step) against
- * an unqueued start; and the writing commits per run a held slot costs.
- * Default durability (no synchronous_commit off).
+ * Flow control: the throughput of queued one-step runs — enqueued by 1 and
+ * by 8 callers at once, dispatched and executed by 1 and 2 engines (each its
+ * own pool), on a queue and on a queue partitioned by tenant — as a ratio to
+ * the same workflow run unqueued at the same concurrency, in the same run.
+ * Every measurement checks, from each run's start and end, that no instant
+ * had more runs executing than the queue's or a partition's concurrency: a
+ * violation fails the bench. Then the start latency of a run enqueued on an
+ * empty queue against an unqueued start, and what a queued run costs the
+ * database beside an unqueued one (statements, commits). Default durability.
  */
 import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { createEngine, type Engine } from '../../src/engine/engine.js';
+import { costCells, costPerOperation } from './cost.js';
 import { benchDatabase, measure, medianOf, printTable, type Measurement } from './harness.js';
 
-const started = new Map<string, number>();
+/** Each run's start and end in this process (performance.now()), by key. */
+const spans = new Map<string, { start: number; end?: number; tenant: string }>();
 
 const oneStep = defineWorkflow({
   name: 'bench-flow-one',
   version: 1,
-  input: z.object({ n: z.number() }),
+  input: z.object({ n: z.number(), tenant: z.string().default('') }),
   steps: { only: step('only.v1') },
   async run({ input, steps, ctx }) {
-    started.set(ctx.key, performance.now());
+    const span: { start: number; end?: number; tenant: string } = { start: performance.now(), tenant: input.tenant };
+    spans.set(ctx.key, span);
     await steps.only.tx(async (_db, { sql }) => {
       await sql`insert into bench_flow (n) values (${input.n})`;
     });
+    span.end = performance.now();
   },
 });
 
-const queue = defineQueue({ name: 'bench-flow', concurrency: 16 });
+/** The concurrency of the queues and of the unqueued reference: an engine's default room. */
+const CONCURRENCY = 8;
+const PER_TENANT = 2;
+const queue = defineQueue({ name: 'bench-flow', concurrency: CONCURRENCY });
+const tenants = defineQueue<{ tenant: string }>({
+  name: 'bench-flow-tenants',
+  concurrency: CONCURRENCY,
+  partitionBy: (input) => input.tenant,
+  perPartition: { concurrency: PER_TENANT },
+});
 
 const engineOn = (db: Database) =>
-  createEngine({ database: db, workflows: [oneStep], queues: [queue], onError: () => {}, logger: false, maxConcurrentRuns: 8 });
+  createEngine({ database: db, workflows: [oneStep], queues: [queue, tenants], onError: () => {}, logger: false, maxConcurrentRuns: CONCURRENCY });
 
 async function openRuns(db: Database, prefix: string): Promise<number> {
   const [row] = await db.sql<{ n: number }[]>`
@@ -39,14 +55,45 @@ async function openRuns(db: Database, prefix: string): Promise<number> {
   return row!.n;
 }
 
-/** `ops` runs enqueued 8 at a time across `engines`, until every one has completed. */
-async function queuedThroughput(db: Database, engines: Engine[], ops: number, prefix: string): Promise<Measurement> {
+/** The most runs of `prefix` executing at one instant, in all and in one tenant. */
+function mostAtOnce(prefix: string): { all: number; tenant: number } {
+  const events: { at: number; delta: number; tenant: string }[] = [];
+  for (const [key, span] of spans) {
+    if (!key.startsWith(prefix) || span.end === undefined) continue;
+    events.push({ at: span.start, delta: 1, tenant: span.tenant }, { at: span.end, delta: -1, tenant: span.tenant });
+  }
+  // Ends before starts at one instant: a slot given back is taken at the earliest after.
+  events.sort((a, b) => a.at - b.at || a.delta - b.delta);
+  let all = 0;
+  let most = { all: 0, tenant: 0 };
+  const byTenant = new Map<string, number>();
+  for (const event of events) {
+    all += event.delta;
+    const inTenant = (byTenant.get(event.tenant) ?? 0) + event.delta;
+    byTenant.set(event.tenant, inTenant);
+    most = { all: Math.max(most.all, all), tenant: Math.max(most.tenant, inTenant) };
+  }
+  return most;
+}
+
+/** `ops` runs enqueued by `callers` loops across `engines`, until every one has completed; fails on a limit exceeded. */
+async function queuedThroughput(db: Database, engines: Engine[], ops: number, callers: number, prefix: string, partitioned: boolean): Promise<Measurement> {
   const t0 = performance.now();
-  const enqueued = await measure(ops, 8, (i) =>
-    engines[i % engines.length]!.enqueue(oneStep, { scope: 'bench', key: `${prefix}-${i}` }, { n: i }, { queue }),
+  const enqueued = await measure(ops, callers, (i) =>
+    engines[i % engines.length]!.enqueue(
+      oneStep,
+      { scope: 'bench', key: `${prefix}-${i}` },
+      { n: i, tenant: partitioned ? `t${i % 8}` : '' },
+      { queue: partitioned ? tenants : queue },
+    ),
   );
   while ((await openRuns(db, prefix)) > 0) await new Promise((resolve) => setTimeout(resolve, 5));
-  return { opsPerSecond: ops / ((performance.now() - t0) / 1000), p50Ms: enqueued.p50Ms, p99Ms: enqueued.p99Ms };
+  const opsPerSecond = ops / ((performance.now() - t0) / 1000);
+  const most = mostAtOnce(prefix);
+  if (most.all > CONCURRENCY || (partitioned && most.tenant > PER_TENANT)) {
+    throw new Error(`flow bench: ${most.all} runs at once (queue concurrency ${CONCURRENCY}), ${most.tenant} in one tenant (per tenant ${PER_TENANT}) in '${prefix}'`);
+  }
+  return { opsPerSecond, p50Ms: enqueued.p50Ms, p99Ms: enqueued.p99Ms };
 }
 
 /** From the call to the run's first line, one run at a time (the queue is empty each time). */
@@ -55,8 +102,8 @@ async function startLatency(ops: number, start: (i: number) => Promise<unknown>,
   for (let i = 0; i < ops; i += 1) {
     const t0 = performance.now();
     await start(i);
-    while (!started.has(keyOf(i))) await new Promise((resolve) => setImmediate(resolve));
-    latencies.push(started.get(keyOf(i))! - t0);
+    while (!spans.has(keyOf(i))) await new Promise((resolve) => setImmediate(resolve));
+    latencies.push(spans.get(keyOf(i))!.start - t0);
     // Let it end before the next one, so that the queue is empty again.
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
@@ -64,11 +111,34 @@ async function startLatency(ops: number, start: (i: number) => Promise<unknown>,
   return { p50: latencies[Math.floor(latencies.length / 2)]!, p99: latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.99))]! };
 }
 
-async function commitsPerRun(db: Database, runs: number, once: (i: number) => Promise<unknown>): Promise<number> {
-  const xid = async () => Number((await db.sql<{ id: string }[]>`select pg_current_xact_id()::text as id`)[0]!.id);
-  const before = await xid();
-  for (let i = 0; i < runs; i += 1) await once(i);
-  return (await xid()) - before - 1;
+/** What 8 runs started at once cost, per run: unqueued, or enqueued (until all 8 have ended). */
+async function costAtOnce(url: string, queued: boolean, label: string): Promise<(string | number)[]> {
+  const batches = 25;
+  let round = 0;
+  const cost = await costPerOperation(
+    url,
+    batches,
+    engineOn,
+    async (engine) => {
+      round += 1;
+      const keys = Array.from({ length: 8 }, (_, j) => `cost-${queued ? 'q' : 'u'}-${round}-${j}`);
+      await Promise.all(
+        keys.map((key, j) =>
+          queued
+            ? engine.enqueue(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }, { queue })
+            : engine.run(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }),
+        ),
+      );
+      // Every run has ended here (no polling of the ledger: its reads would be counted), and the
+      // dispatches after the last ends have committed too.
+      while (keys.some((key) => spans.get(key)?.end === undefined) || engine.activeRuns > 0) await new Promise((resolve) => setTimeout(resolve, 1));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    },
+    (engine) => engine.shutdown(),
+  );
+  const perRun = { ...cost, statements: cost.statements / 8, commits: cost.commits / 8, walFlushes: cost.walFlushes / 8, walRecords: cost.walRecords / 8,
+    walBytes: cost.walBytes / 8, cpuMs: cost.cpuMs / 8, postgresCpuMs: cost.postgresCpuMs / 8 };
+  return [label, ...costCells(perRun)];
 }
 
 export async function flowBench(options: { ops: number; runs: number }): Promise<void> {
@@ -82,42 +152,40 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
     const unqueued = await medianOf(options.runs, () => {
       round += 1;
       const run = round;
-      return measure(options.ops, 8, (i) => first.run(oneStep, { scope: 'bench', key: `u-${run}-${i}` }, { n: i }));
+      return measure(options.ops, CONCURRENCY, (i) => first.run(oneStep, { scope: 'bench', key: `u-${run}-${i}` }, { n: i, tenant: '' }));
     });
-    const oneWorker = await medianOf(options.runs, () => queuedThroughput(db, [first], options.ops, `q1-${(round += 1)}`));
-    const twoWorkers = await medianOf(options.runs, () => queuedThroughput(db, [first, second], options.ops, `q2-${(round += 1)}`));
+    const rows: (string | number)[][] = [[`unqueued (engine.run, ${CONCURRENCY} at once, 1 engine)`, unqueued.opsPerSecond, '1.00']];
+    const cases: [string, Engine[], number, boolean][] = [
+      ['queued, 1 enqueuer, 1 engine', [first], 1, false],
+      ['queued, 8 enqueuers, 1 engine', [first], 8, false],
+      ['queued, 8 enqueuers, 2 engines', [first, second], 8, false],
+      [`queued by tenant (8 tenants, ${PER_TENANT} each), 8 enqueuers, 1 engine`, [first], 8, true],
+    ];
+    for (const [label, engines, callers, partitioned] of cases) {
+      const measured = await medianOf(options.runs, () => queuedThroughput(db, engines, options.ops, callers, `q-${(round += 1)}`, partitioned));
+      rows.push([label, measured.opsPerSecond, (measured.opsPerSecond / unqueued.opsPerSecond).toFixed(2)]);
+    }
     printTable(
-      `Queued one-step runs: enqueued 8 at a time, dispatched and executed (${options.ops} runs, median of ${options.runs}; queue concurrency 16, 8 runs at once per engine)`,
+      `Queued one-step runs, dispatched and executed (${options.ops} runs, median of ${options.runs}; queue concurrency ${CONCURRENCY}, ${CONCURRENCY} runs at once per engine; ` +
+        'no instant exceeded a limit)',
       ['operation', 'runs/s', 'vs unqueued'],
-      [
-        ['unqueued (engine.run, c=8, 1 engine)', unqueued.opsPerSecond, '1.00'],
-        ['queued, 1 worker', oneWorker.opsPerSecond, (oneWorker.opsPerSecond / unqueued.opsPerSecond).toFixed(2)],
-        ['queued, 2 workers', twoWorkers.opsPerSecond, (twoWorkers.opsPerSecond / unqueued.opsPerSecond).toFixed(2)],
-      ],
+      rows,
     );
     const latencyRuns = Math.min(300, options.ops);
-    const plain = await startLatency(latencyRuns, (i) => first.start(oneStep, { scope: 'bench', key: `ls-${i}` }, { n: i }), (i) => `ls-${i}`);
+    const plain = await startLatency(latencyRuns, (i) => first.start(oneStep, { scope: 'bench', key: `ls-${i}` }, { n: i, tenant: '' }), (i) => `ls-${i}`);
     const queued = await startLatency(
       latencyRuns,
-      (i) => first.enqueue(oneStep, { scope: 'bench', key: `lq-${i}` }, { n: i }, { queue }),
+      (i) => first.enqueue(oneStep, { scope: 'bench', key: `lq-${i}` }, { n: i, tenant: '' }, { queue }),
       (i) => `lq-${i}`,
     );
-    const commitRuns = 200;
-    const plainCommits = await commitsPerRun(db, commitRuns, (i) => first.run(oneStep, { scope: 'bench', key: `cu-${i}` }, { n: i }));
-    const queuedCommits = await commitsPerRun(db, commitRuns, async (i) => {
-      const handle = await first.enqueue(oneStep, { scope: 'bench', key: `cq-${i}` }, { n: i }, { queue });
-      await handle.result();
-      // The dispatch after its end has committed too.
-      await new Promise((resolve) => setTimeout(resolve, 2));
-    });
-    printTable(
-      `Start latency on an empty queue (call to the run's first line, ${latencyRuns} runs one at a time) and writing commits per run (${commitRuns} runs)`,
-      ['operation', 'p50 ms', 'p99 ms', 'commits/run'],
-      [
-        ['engine.start (unqueued)', plain.p50, plain.p99, (plainCommits / commitRuns).toFixed(2)],
-        ['engine.enqueue, a slot free', queued.p50, queued.p99, (queuedCommits / commitRuns).toFixed(2)],
-      ],
-    );
+    printTable(`Start latency on an empty queue (call to the run's first line, ${latencyRuns} runs one at a time)`, ['operation', 'p50 ms', 'p99 ms'], [
+      ['engine.start (unqueued)', plain.p50, plain.p99],
+      ['engine.enqueue, a slot free', queued.p50, queued.p99],
+    ]);
+    printTable('What a run costs, 8 started at once (per run; begin and commit counted as statements)', ['operation', 'statements', 'commits', 'WAL flushes', 'WAL records', 'WAL bytes', 'Node CPU ms', 'Postgres CPU ms'], [
+      await costAtOnce(database.url, false, 'unqueued (engine.run)'),
+      await costAtOnce(database.url, true, 'queued (engine.enqueue, then its end)'),
+    ]);
   } finally {
     await Promise.all([first.shutdown(), second.shutdown()]);
     await Promise.all(pools.map((pool) => pool.close()));

@@ -12,8 +12,10 @@
  * the database's clock (the timer is armed again, by the database's delay),
  * or due on a queue without a slot (the queue is dispatched). Without room
  * it does nothing — the sweep stays the guarantee. Timers are kept for waits
- * due within `horizonMs`, one per run, unref'd; dropped when the run executes
- * here again before its time, and at shutdown.
+ * due within `horizonMs`, one per run, at most `maxTimers` at once (beyond
+ * that the sweep wakes the run: a process parking many runs holds no memory
+ * per run past the cap), unref'd; dropped when the run executes here again
+ * before its time, and at shutdown.
  */
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunWaitView } from '../../lifecycle/wait.js';
@@ -29,12 +31,19 @@ export class WakeTimers {
   readonly #wake: (ref: KeyRef) => void;
   readonly #now: () => number;
   readonly #horizonMs: number;
+  readonly #maxTimers: number;
 
   /** `now`: stepkey's clock in ms (the wall clock plus a test's offset). */
-  constructor(options: { wake: (ref: KeyRef) => void; now: () => number; horizonMs: number }) {
+  constructor(options: { wake: (ref: KeyRef) => void; now: () => number; horizonMs: number; maxTimers: number }) {
     this.#wake = options.wake;
     this.#now = options.now;
     this.#horizonMs = options.horizonMs;
+    this.#maxTimers = options.maxTimers;
+  }
+
+  /** Timers armed now. */
+  get size(): number {
+    return this.#timers.size;
   }
 
   /** Arms a wake for a run that parked here on `wait`, if it ends at a time within the horizon. */
@@ -51,6 +60,7 @@ export class WakeTimers {
   armIn(ref: KeyRef, delay: number): void {
     if (delay > this.#horizonMs) return;
     const id = `${ref.scope}\u001f${ref.key}`;
+    if (this.#timers.size >= this.#maxTimers && !this.#timers.has(id)) return;
     clearTimeout(this.#timers.get(id));
     const timer = setTimeout(() => {
       this.#timers.delete(id);
