@@ -31,15 +31,31 @@ export interface LimitPartitionContext {
   step: string;
 }
 
-export interface LimitOptions<Input = any> {
+interface LimitBase {
   name: string;
   rateLimit?: RateLimit;
-  /** Steps executing at once over the whole limit; for a limit without partitionBy. */
-  concurrency?: number;
-  partitionBy?: (input: Input, ctx: LimitPartitionContext) => string;
-  /** Steps one partition may execute at once (needs partitionBy), as a queue's `perPartition`. */
-  perPartition?: { concurrency: number };
 }
+
+/**
+ * A limit's options. Without partitionBy, `concurrency` bounds the whole
+ * limit; with it, slots per partition are `perPartition: { concurrency }`
+ * (as a queue's), and `concurrency` is refused (by type, and at run time).
+ */
+export type LimitOptions<Input = any> =
+  | (LimitBase & {
+      /** Steps executing at once over the whole limit. */
+      concurrency?: number;
+      partitionBy?: undefined;
+      perPartition?: undefined;
+    })
+  | (LimitBase & {
+      /** The partition of a run (an account, a merchant), from its input: each has its own bucket and slots. */
+      partitionBy: (input: Input, ctx: LimitPartitionContext) => string;
+      /** Steps one partition may execute at once, as a queue's `perPartition`. */
+      perPartition?: { concurrency: number };
+      /** Refused beside partitionBy: write perPartition: { concurrency }. */
+      concurrency?: never;
+    });
 
 export interface Limit<Input = any> {
   readonly kind: 'stepkey.limit';
@@ -52,7 +68,13 @@ export interface Limit<Input = any> {
 
 const limitNamePattern = /^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$/;
 
-export function defineLimit<Input = any>(options: LimitOptions<Input>): Limit<Input> {
+export function defineLimit<Input = any>(given: LimitOptions<Input>): Limit<Input> {
+  // Read loosely: a caller without types may pass any of these together, and is answered by name.
+  const options = given as LimitBase & {
+    concurrency?: number;
+    partitionBy?: (input: Input, ctx: LimitPartitionContext) => string;
+    perPartition?: { concurrency: number };
+  };
   const where = `Limit '${String(options?.name)}'`;
   if (typeof options?.name !== 'string' || !limitNamePattern.test(options.name)) {
     throw new StepkeyError('definition_error', `${where}: the name must be 1–128 letters, digits or . _ / -.`);

@@ -3,11 +3,12 @@
  * workflow's events (`engine.send(workflow, ref, …)`, `workflow.ref(ref)`),
  * and a read (`engine.get(workflow, ref)`) gives the output typed as the union
  * of the outputs of the versions the engine registers. Checked by
- * `npm run typecheck`; nothing here runs.
+ * `npm run typecheck`; nothing here runs. Also: a child started on a queue,
+ * and limits spelling slots per partition as queues do.
  */
 import { expectTypeOf } from 'vitest';
 import { z } from 'zod';
-import { createEngine, dateField, defineWorkflow, step, type Engine, type RunInfo, type Sent, type TypedRunInfo } from 'stepkey';
+import { createEngine, dateField, defineLimit, defineQueue, defineWorkflow, step, type Engine, type RunInfo, type Sent, type TypedRunInfo } from 'stepkey';
 
 const approvalV1 = defineWorkflow({
   name: 'types.approval',
@@ -101,3 +102,29 @@ export async function doors() {
   // @ts-expect-error: not registered with this engine
   await engine.get(unregistered, ref);
 }
+
+// A child on a queue: the options take the queue (object or name) and a priority besides the step's id.
+const reports = defineQueue<{ tenant: string }>({ name: 'types.reports', concurrency: 4, partitionBy: (input) => input.tenant, perPartition: { concurrency: 1 } });
+export const monthly = defineWorkflow({
+  name: 'types.monthly',
+  version: 1,
+  input: z.object({ tenant: z.string() }),
+  steps: { report: step('report.v1') },
+  async run({ input, steps }) {
+    const got = await steps.report.child(report, {}, { queue: reports, priority: 5, id: input.tenant });
+    expectTypeOf(got).toEqualTypeOf<{ pages: number }>();
+    const ref = await steps.report.startChild(report, {}, { queue: 'types.reports', id: 'named' });
+    expectTypeOf(ref.key).toEqualTypeOf<string>();
+    // @ts-expect-error: a queue is a queue or its name
+    await steps.report.child(report, {}, { queue: 42 });
+    return got.pages;
+  },
+});
+
+// Limits spell slots per partition as queues do; the old spelling is refused by type.
+export const limits = [
+  defineLimit({ name: 'types.whole', concurrency: 3 }),
+  defineLimit<{ merchant: string }>({ name: 'types.per-merchant', partitionBy: (input) => input.merchant, perPartition: { concurrency: 2 } }),
+  // @ts-expect-error: concurrency beside partitionBy is the old spelling
+  defineLimit<{ merchant: string }>({ name: 'types.old', partitionBy: (input) => input.merchant, concurrency: 2 }),
+];
