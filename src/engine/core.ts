@@ -66,7 +66,7 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
       registry,
       executeChild: (child) => core.runs.executeChild(child),
       wake: (ref) => core.waker.wake(ref),
-      queues: flow.enabled ? childQueues(flow, clock, (queue) => core.dispatcher.dispatchQueue(queue)) : undefined,
+      queues: flow.enabled ? childQueues(flow, clock, (queue, freeing) => core.dispatcher.dispatchQueue(queue, freeing)) : undefined,
     },
   };
   const dispatcher = new Dispatcher(

@@ -15,7 +15,7 @@ import { assertValidPriority, partitionOf } from './define-queue.js';
 import type { FlowControl } from './flow-control.js';
 import { insertEntryStatement } from './sql/enqueue.js';
 
-export function childQueues(flow: FlowControl, clock: Clock, dispatchQueue: (queue: string) => void): ChildQueues {
+export function childQueues(flow: FlowControl, clock: Clock, dispatchQueue: (queue: string, freeing: number) => void): ChildQueues {
   return {
     entry(_workflow, child, input, options) {
       const queue = flow.require(typeof options.queue === 'string' ? options.queue : options.queue?.name);
@@ -28,6 +28,6 @@ export function childQueues(flow: FlowControl, clock: Clock, dispatchQueue: (que
       [lockQueueStatement(q, [entry.queue], false), lockQueueRowStatement(q, entry.queue, false), insertEntryStatement(q, clock, child, entry)] as unknown as ReturnType<
         ChildQueues['statements']
       >,
-    dispatch: dispatchQueue,
+    dispatch: (queue, parentParks) => dispatchQueue(queue, parentParks ? 1 : 0),
   };
 }

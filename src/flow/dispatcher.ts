@@ -98,9 +98,13 @@ export class Dispatcher {
     this.dispatchQueue(claim.state === 'waiting' && claim.resumed ? claim.wait.for : null);
   }
 
-  /** Dispatches `queue` now if this process registers it (a queued run came due here, say). */
-  dispatchQueue(queue: string | null): void {
-    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue);
+  /**
+   * Dispatches `queue` now if this process registers it (a queued run came
+   * due here, say). `freeing`: runs of this process about to end that still
+   * count as active (a parent parking for the child it just queued).
+   */
+  dispatchQueue(queue: string | null, freeing = 0): void {
+    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue, freeing);
   }
 
   /**
@@ -120,9 +124,9 @@ export class Dispatcher {
   }
 
   /** Dispatches `queue` (waiting for its lock), or every queue no other process is dispatching. */
-  dispatchAfterEnd(queue?: string): void {
+  dispatchAfterEnd(queue?: string, freeing = 0): void {
     const host = this.#host;
-    const capacity = host.maxConcurrentRuns - host.activeRuns;
+    const capacity = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
     if (host.closing || capacity <= 0 || !this.#flow.enabled) return;
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)

@@ -129,6 +129,13 @@ describe('a child on a queue', () => {
     expect(children[0]!.n).toBe(9);
   });
 
+  it('starts at once in a process that may execute one run at a time: the parent that parks for it frees its place', async () => {
+    const engine = engineFor([month, render], { queues: [reports], maxConcurrentRuns: 1 });
+    const parent = { scope: 'acme', key: uniqueKey('qc-single') };
+    // No sweep runs here: the child starts from the dispatch after the parent's step, and its end wakes the parent.
+    expect(await engine.run(month, parent, { tenant: 't9', id: parent.key })).toEqual({ pages: parent.key.length });
+  });
+
   it('startChild on a queue returns the child’s ref at once; the child starts when the queue has a slot', async () => {
     const launcher = defineWorkflow({
       name: 'qc-launcher',

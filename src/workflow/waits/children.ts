@@ -77,7 +77,7 @@ type Prepared = ReturnType<typeof prepareChild>;
  * queue is dispatched after the commit: it starts when the queue gives it a
  * slot, here or in any process that serves the queue.
  */
-function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<WaitDecision, 'statements' | 'after'> {
+function startIt(state: RunState, prepared: Prepared, childKey: string, parentParks: boolean): Pick<WaitDecision, 'statements' | 'after'> {
   const { scope } = state.lease;
   const token = randomUUID();
   const rootKey = newRootKey(scope, childKey);
@@ -104,7 +104,7 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
     after: () => {
       faultPoint('engine.after-child-start', definition.name);
       if (queue) {
-        queue.queues.dispatch(queue.entry.queue);
+        queue.queues.dispatch(queue.entry.queue, parentParks);
         return;
       }
       state.deps.hooks.executeChild({
@@ -147,7 +147,7 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
       const [child] = await readChildStatement(q, state.lease.scope, key);
       if (!child) {
         await prepared.queue?.ready;
-        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, untilMs: null } };
+        return { ...startIt(state, prepared, key, true), park: { kind: 'child', step: instance, for: key, untilMs: null } };
       }
       const ended = childOutcome(child, { scope: state.lease.scope, key, workflow: child.name });
       return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, untilMs: null } };
@@ -170,7 +170,7 @@ export function startChildStep(target: StepTarget, workflow: Workflow, input: un
       const body = toJsonText({ scope: state.lease.scope, key }, 'child ref');
       const [child] = await readChildStatement(q, state.lease.scope, key);
       if (!child) await prepared.queue?.ready;
-      return child ? { finish: { ok: true, body } } : { ...startIt(state, prepared, key), finish: { ok: true, body } };
+      return child ? { finish: { ok: true, body } } : { ...startIt(state, prepared, key, false), finish: { ok: true, body } };
     },
     (finished) => ({ ...refOf((JSON.parse(finished.body) as { key: string }).key), workflow: prepared.definition }),
   );

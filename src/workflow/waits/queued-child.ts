@@ -40,8 +40,12 @@ export interface ChildQueues {
   ready(): Promise<void>;
   /** In the parent's step transaction, after the child's row: the queue's locks, then the child's entry. */
   statements(q: Queryable, child: KeyRef, entry: ChildEntry): Statement[];
-  /** After the commit: dispatches the queue, so that the child starts at once here if a slot is free. */
-  dispatch(queue: string): void;
+  /**
+   * After the commit: dispatches the queue, so that the child starts at once
+   * here if a slot is free. `parentParks`: the parent waits for the child, so
+   * its execution here is about to end and its place may go to the child.
+   */
+  dispatch(queue: string, parentParks: boolean): void;
 }
 
 /** The child's options, checked: a bad value is a clear error naming the step. */
