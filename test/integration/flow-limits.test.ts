@@ -391,21 +391,6 @@ describe('bad input', () => {
     expect((caught as Error).message).toMatch(pattern);
   };
 
-  it('refuses the old spelling of slots per partition — concurrency beside partitionBy — naming perPartition, never reading it as either meaning', () => {
-    refused(
-      // @ts-expect-error: the old spelling is refused by type too
-      () => defineLimit({ name: 'old', concurrency: 3, partitionBy: () => 'a' }),
-      /Limit 'old': concurrency: 3 beside partitionBy is the old spelling of slots per partition; write perPartition: \{ concurrency: 3 \}/,
-    );
-    refused(
-      () => defineLimit({ name: 'old', rateLimit: { limit: 5, periodMs: 1_000 }, concurrency: 3, partitionBy: () => 'a', perPartition: { concurrency: 3 } } as never),
-      /concurrency: 3 beside partitionBy is the old spelling/,
-    );
-    const renewed = defineLimit({ name: 'new', partitionBy: () => 'a', perPartition: { concurrency: 3 } });
-    expect(renewed.concurrency).toBe(3);
-    expect(defineLimit({ name: 'whole', concurrency: 4 }).concurrency).toBe(4);
-  });
-
   it('refuses a bad limit, a bad step option and a step naming a limit the engine does not register', async () => {
     refused(() => defineLimit({ name: 'x', concurrency: 0 }), /Limit 'x': concurrency must be a whole number above 0, got 0/);
     refused(() => defineLimit({ name: 'x', concurrency: -3 }), /concurrency must be a whole number above 0, got -3/);
@@ -416,11 +401,6 @@ describe('bad input', () => {
     refused(() => defineLimit({ name: 'x' }), /give it a rateLimit/);
     refused(() => defineLimit({ name: '', concurrency: 1 }), /the name must be/);
     refused(() => defineLimit({ name: 'x', partitionBy: 'tenant' as never, perPartition: { concurrency: 1 } }), /partitionBy must be a function/);
-    refused(() => defineLimit({ name: 'x', partitionBy: () => 'a', perPartition: { concurrency: 0 } }), /Limit 'x': perPartition.concurrency must be a whole number above 0, got 0/);
-    refused(() => defineLimit({ name: 'x', partitionBy: () => 'a', perPartition: {} as never }), /perPartition.concurrency must be a whole number above 0, got undefined/);
-    // @ts-expect-error: perPartition needs a partitionBy, by type too
-    refused(() => defineLimit({ name: 'x', perPartition: { concurrency: 2 } }), /Limit 'x': perPartition needs a partitionBy; for slots over the whole limit write concurrency: 2/);
-    refused(() => defineLimit({ name: 'x', partitionBy: () => 'a' }), /give it a rateLimit/);
     refused(() => step('s.v1', { limit: 42 as never }), /Step 's.v1': limit must be a limit made with defineLimit\(\) or its name/);
     const named = defineWorkflow({
       name: 'lim-unregistered',
