@@ -317,8 +317,10 @@ export class Engine<Registered extends Workflow = Workflow> {
 }
 
 /** An engine; its type knows the workflow versions in `workflows` (see Engine.get). */
-export function createEngine<const W extends Workflow = Workflow>(options: EngineOptions & { workflows: readonly W[] }): Engine<W> {
-  return new Engine<W>(options);
+export function createEngine<const W extends Workflow = Workflow>(
+  options: EngineOptions & { workflows: readonly W[] },
+): Engine<[W] extends [never] ? Workflow : W> {
+  return new Engine<Workflow>(options) as Engine<[W] extends [never] ? Workflow : W>;
 }
 
 /** The root of a run an enqueue found already there (null while another call's claim of it is uncommitted). */

@@ -128,3 +128,9 @@ export const limits = [
   // @ts-expect-error: concurrency beside partitionBy is the old spelling
   defineLimit<{ merchant: string }>({ name: 'types.old', partitionBy: (input) => input.merchant, concurrency: 2 }),
 ];
+
+// An engine made with no workflows by type reads any workflow's runs, typed by the workflow given.
+export async function emptyEngine() {
+  const engine = createEngine({ database: 'postgres://localhost/none', workflows: [] });
+  expectTypeOf((await engine.get(report, { scope: 's', key: 'k' }))?.output).toEqualTypeOf<{ pages: number } | undefined>();
+}
