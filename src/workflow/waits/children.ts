@@ -7,7 +7,9 @@
  * parent's step commit together, so a child is started once even when the
  * parent dies right after. The parent's process executes the child at once;
  * if it dies, a sweeper does. A child's end (completed, errored, failed,
- * cancelled) wakes a parent waiting for it.
+ * cancelled) wakes a parent waiting for it. With `{ queue }` the child is put
+ * in line instead, parked for a slot in the same commit, and the queue's
+ * dispatch starts it (queued-child.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { StepkeyError } from '../../errors/stepkey-error.js';
