@@ -98,7 +98,17 @@ export {
 } from './flow/define-queue.js';
 export type { EnqueueOptions as QueueEnqueueOptions } from './flow/enqueue.js';
 export { defineLimit, type Limit, type LimitOptions, type LimitPartitionContext } from './flow/define-limit.js';
-export { createEngine, Engine, type EngineOptions, type RunAttempt, type RunHandle, type RunOptions } from './engine/engine.js';
+export {
+  createEngine,
+  Engine,
+  type EngineOptions,
+  type RunAttempt,
+  type RunHandle,
+  type RunOptions,
+  type RunOutput,
+  type TypedRunInfo,
+  type VersionsOf,
+} from './engine/engine.js';
 export type { RunInfo, RunStatus, StepInfo } from './read/run-info.js';
 export type { QueuePlace } from './read/sql/queue-places.js';
 export type { AttemptOutcome, AttemptResolution, PreviousAttempt } from './workflow/effects/attempts.js';

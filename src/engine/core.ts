@@ -10,6 +10,7 @@ import { translateDatabaseError } from '../errors/pg-errors.js';
 import { Dispatcher } from '../flow/dispatcher.js';
 import { FlowControl } from '../flow/flow-control.js';
 import { LimitRegistry } from '../flow/limit-registry.js';
+import { childQueues } from '../flow/child-queues.js';
 import { resolveLogger } from '../log/logger.js';
 import { enqueueStep } from '../outbox/enqueue-step.js';
 import type { StepHandleExtension } from '../workflow/executor.js';
@@ -61,7 +62,12 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
     leaseMs: settings.leaseMs,
     log: resolveLogger(options.logger),
     limits: new LimitRegistry(sql, options.limits ?? [], registry.all()),
-    hooks: { registry, executeChild: (child) => core.runs.executeChild(child), wake: (ref) => core.waker.wake(ref) },
+    hooks: {
+      registry,
+      executeChild: (child) => core.runs.executeChild(child),
+      wake: (ref) => core.waker.wake(ref),
+      queues: flow.enabled ? childQueues(flow, clock, (queue, freeing) => core.dispatcher.dispatchQueue(queue, freeing)) : undefined,
+    },
   };
   const dispatcher = new Dispatcher(
     {

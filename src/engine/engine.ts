@@ -42,13 +42,19 @@ import { buildCore, inDatabase, type EngineCore } from './core.js';
 import { Heartbeat } from './heartbeat.js';
 import { assertValidRef, type EngineOptions, type Fingerprints, type InputOf, type RunHandle, type RunOptions } from './options.js';
 import { Sweeper } from './sweeping.js';
+import { isWorkflow, sendArguments, typedRunInfo, type RunOutput, type TypedRunInfo } from './typed-doors.js';
 
 export type { EngineOptions, RunHandle, RunOptions } from './options.js';
 export type { RunAttempt } from '../workflow/outcomes.js';
+export type { RunOutput, TypedRunInfo, VersionsOf } from './typed-doors.js';
 
 const byApp: ActionBy = { actor: 'app', source: 'api' };
 
-export class Engine {
+/**
+ * `Registered`: the workflow versions the engine was created with (by type),
+ * which `get(workflow, ref)` types a run's output by.
+ */
+export class Engine<Registered extends Workflow = Workflow> {
   readonly sql: Sql;
   readonly clock: Clock;
   readonly registry: WorkflowRegistry;
@@ -61,7 +67,7 @@ export class Engine {
   readonly #heartbeat: Heartbeat;
   readonly #sweeper: Sweeper;
 
-  constructor(options: EngineOptions) {
+  constructor(options: EngineOptions & { workflows: readonly Registered[] }) {
     const database = typeof options.database === 'string' ? connect(options.database) : options.database;
     this.#ownedDatabase = typeof options.database === 'string' ? database : undefined;
     this.#core = buildCore(database.sql, options);
@@ -189,10 +195,19 @@ export class Engine {
    * same key again delivers nothing more; with another payload it is a
    * mismatch. The payload is checked against the event's schema, declared on
    * the run's workflow version, before anything is stored.
+   *
+   * Typed by a workflow — `send(approval, { scope, key }, 'approved', payload,
+   * { key })`, or a ref from `approval.ref({ scope, key })` or a handle — the
+   * topic and payload are checked by type, and a run of another workflow is
+   * refused (`workflow_mismatch`) before anything is stored. A bare
+   * `{ scope, key }` is untyped.
    */
-  async send<W extends Workflow, T extends EventName<W>>(ref: RunRef<W>, topic: T, payload: EventInput<W, T>, options: { key: string }): Promise<Sent> {
+  send<W extends Workflow, T extends EventName<W>>(workflow: W, ref: KeyRef, topic: T, payload: EventInput<W, T>, options: { key: string }): Promise<Sent>;
+  send<W extends Workflow, T extends EventName<W>>(ref: RunRef<W>, topic: T, payload: EventInput<W, T>, options: { key: string }): Promise<Sent>;
+  async send(...args: unknown[]): Promise<Sent> {
+    const { ref, topic, payload, options, workflow } = sendArguments(args);
     assertValidRef(ref);
-    const sent = await sendEvent(this.#core.deps, ref, String(topic), payload, options);
+    const sent = await sendEvent(this.#core.deps, ref, String(topic), payload, options, workflow);
     if (sent.woke) this.#core.waker.wake(ref);
     return { delivered: sent.delivered, seq: sent.seq };
   }
@@ -244,10 +259,23 @@ export class Engine {
     return this.#handle(workflow, started.ref, started.rootKey, lease !== undefined, fingerprints);
   }
 
-  /** The run's status, output or error, and each step's status and attempts. */
-  async get(ref: KeyRef): Promise<RunInfo | undefined> {
-    assertValidRef(ref);
-    return inDatabase('reading a run', () => readRunInfo(this.sql, ref));
+  /**
+   * The run's status, output or error, and each step's status and attempts
+   * (the output as stored: JSON text); undefined for no run.
+   *
+   * With its workflow — `get(approval, ref)` — the output is parsed with the
+   * schema of the run's own version and typed as the union of the outputs of
+   * the versions of that workflow this engine was created with; a run of
+   * another workflow is refused (`workflow_mismatch`).
+   */
+  get(ref: KeyRef): Promise<RunInfo | undefined>;
+  get<W extends Registered>(workflow: W, ref: KeyRef): Promise<TypedRunInfo<RunOutput<Registered, W>> | undefined>;
+  async get(first: KeyRef | Workflow, second?: KeyRef): Promise<RunInfo | TypedRunInfo<unknown> | undefined> {
+    const workflow = isWorkflow(first) ? first : undefined;
+    const ref = workflow ? second : (first as KeyRef);
+    assertValidRef(ref as KeyRef);
+    const info = await inDatabase('reading a run', () => readRunInfo(this.sql, ref as KeyRef));
+    return workflow && info ? typedRunInfo(this.registry, workflow, ref as KeyRef, info) : info;
   }
 
   /** One sweep (see sweeping.ts); returns how many runs it took, dispatched or ended at their deadline. */
@@ -288,8 +316,11 @@ export class Engine {
   }
 }
 
-export function createEngine(options: EngineOptions): Engine {
-  return new Engine(options);
+/** An engine; its type knows the workflow versions in `workflows` (see Engine.get). */
+export function createEngine<const W extends Workflow = Workflow>(
+  options: EngineOptions & { workflows: readonly W[] },
+): Engine<[W] extends [never] ? Workflow : W> {
+  return new Engine<Workflow>(options) as Engine<[W] extends [never] ? Workflow : W>;
 }
 
 /** The root of a run an enqueue found already there (null while another call's claim of it is uncommitted). */

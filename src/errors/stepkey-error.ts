@@ -29,6 +29,8 @@ const codeTable = {
   workflow_not_found: { status: 404, retryable: false },
   version_not_found: { status: 500, retryable: false },
   run_not_found: { status: 404, retryable: false },
+  // A typed read or send named one workflow, and the run is another's.
+  workflow_mismatch: { status: 422, retryable: false },
   // The run has ended (completed or cancelled): it takes no more events.
   run_ended: { status: 409, retryable: false },
   duplicate_step: { status: 500, retryable: false },

@@ -60,8 +60,8 @@ const idOf = (ref: KeyRef) => `${ref.scope}\u001f${ref.key}`;
 export class Dispatcher implements SlotHandOff {
   readonly #host: DispatchHost;
   readonly #flow: FlowControl;
-  /** Queues ('' for all) with a dispatch in flight from here, and whether it is asked for again. */
-  readonly #dispatching = new Map<string, boolean>();
+  /** Queues ('' for all) with a dispatch in flight from here: -1, or asked for again (with the runs freeing room then). */
+  readonly #dispatching = new Map<string, number>();
   /** Runs executing here that a dispatch started: the queue whose slot each holds. */
   readonly #holding = new Map<string, string>();
   /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
@@ -109,9 +109,13 @@ export class Dispatcher implements SlotHandOff {
     this.dispatchQueue(claim.state === 'waiting' && claim.resumed ? claim.wait.for : null);
   }
 
-  /** Dispatches `queue` now if this process registers it (a queued run came due here, say). */
-  dispatchQueue(queue: string | null): void {
-    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue);
+  /**
+   * Dispatches `queue` now if this process registers it (a queued run came
+   * due here, say). `freeing`: runs of this process about to end that still
+   * count as active (a parent parking for the child it just queued).
+   */
+  dispatchQueue(queue: string | null, freeing = 0): void {
+    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue, freeing);
   }
 
   /**
@@ -161,17 +165,19 @@ export class Dispatcher implements SlotHandOff {
    * ends (its snapshot may predate what the request was for), so that many
    * ends and enqueues at once cost one waiter on the lock, not one each.
    */
-  dispatchAfterEnd(queue?: string): void {
+  dispatchAfterEnd(queue?: string, freeing = 0): void {
     const host = this.#host;
     if (host.closing || !this.#flow.enabled) return;
     const id = queue ?? '';
-    if (this.#dispatching.has(id)) {
-      this.#dispatching.set(id, true);
+    const asked = this.#dispatching.get(id);
+    if (asked !== undefined) {
+      this.#dispatching.set(id, Math.max(asked, freeing));
       return;
     }
-    const capacity = host.maxConcurrentRuns - host.activeRuns;
+    // `freeing`: runs of this process about to end that still count as active (a parent parking for the child it just queued).
+    const capacity = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
     if (capacity <= 0) return;
-    this.#dispatching.set(id, false);
+    this.#dispatching.set(id, -1);
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
@@ -179,9 +185,9 @@ export class Dispatcher implements SlotHandOff {
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
-        const again = this.#dispatching.get(id);
+        const again = this.#dispatching.get(id) ?? -1;
         this.#dispatching.delete(id);
-        if (again) this.dispatchAfterEnd(queue);
+        if (again >= 0) this.dispatchAfterEnd(queue, again);
       });
   }
 

@@ -19,7 +19,8 @@ import type { z } from 'zod';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertValidStepName } from '../keys/validate.js';
 import { resolveRetryPolicy, DEFAULT_STEP_TIMEOUT_MS, type ResolvedRetryPolicy, type RetryPolicy } from './retry.js';
-import type { RunArguments } from './handles.js';
+import type { RunArguments, RunRef } from './handles.js';
+import type { KeyRef } from '../ledger/types.js';
 import type { PreviousAttempt } from './effects/attempts.js';
 import type { StepLimitRef } from './step-limits.js';
 import { resolveDeadline, type Deadline, type ResolvedDeadline } from '../lifecycle/deadline.js';
@@ -129,8 +130,9 @@ export interface WorkflowOptions<
   Steps extends StepDeclarations,
   Result,
   Events extends EventDeclarations = Record<never, never>,
+  Name extends string = string,
 > {
-  name: string;
+  name: Name;
   version: number;
   input: Input;
   /** Schema of the run's result; without it, the result must be plain JSON. */
@@ -157,9 +159,11 @@ export interface Workflow<
   Result = unknown,
   Steps extends StepDeclarations = StepDeclarations,
   Events extends EventDeclarations = EventDeclarations,
+  Name extends string = string,
 > {
   readonly kind: 'stepkey.workflow';
-  readonly name: string;
+  /** Its name, typed as written: the versions an engine registers under one name are told apart by it. */
+  readonly name: Name;
   readonly version: number;
   readonly input: Input;
   readonly output: AnySchema | undefined;
@@ -169,6 +173,13 @@ export interface Workflow<
   readonly deadline?: ResolvedDeadline | undefined;
   /** A method, so that a workflow with specific steps is assignable to Workflow (bivariant parameters). */
   run(args: RunArguments<z.output<Input>, Steps, Events>): Promise<unknown>;
+  /**
+   * A typed ref to one of its runs, from the run's scope and key alone (what a
+   * server gets from its client): `engine.send(approval.ref({ scope, key }),
+   * 'approved', payload, { key })` checks the event's name and payload by type,
+   * and the run's workflow when it is sent.
+   */
+  ref(ref: KeyRef): RunRef<Workflow<Input, Result, Steps, Events, Name>>;
   /** Type carrier for the result; always undefined at run time. */
   readonly __result?: Result;
 }
@@ -190,9 +201,10 @@ export function defineWorkflow<
   Result,
   Output extends AnySchema | undefined = undefined,
   Events extends EventDeclarations = Record<never, never>,
+  Name extends string = string,
 >(
-  options: WorkflowOptions<Input, Output, Steps, Result, Events>,
-): Workflow<Input, Output extends AnySchema ? z.output<Output> : Result, Steps, Events> {
+  options: WorkflowOptions<Input, Output, Steps, Result, Events, Name>,
+): Workflow<Input, Output extends AnySchema ? z.output<Output> : Result, Steps, Events, Name> {
   const where = `Workflow '${String(options?.name)}'`;
   if (typeof options?.name !== 'string' || !workflowNamePattern.test(options.name)) {
     throw new StepkeyError(
@@ -237,7 +249,7 @@ export function defineWorkflow<
       throw new StepkeyError('definition_error', `${where}: events.${topic} must be a zod schema of its payload.`);
     }
   }
-  return Object.freeze({
+  const workflow: Workflow<Input, Output extends AnySchema ? z.output<Output> : Result, Steps, Events, Name> = Object.freeze({
     kind: 'stepkey.workflow' as const,
     name: options.name,
     version: options.version,
@@ -247,7 +259,17 @@ export function defineWorkflow<
     events: options.events ?? ({} as Events),
     deadline,
     run: options.run as (args: RunArguments<z.output<Input>, Steps, Events>) => Promise<unknown>,
+    ref: (ref: KeyRef) => refOf(workflow, ref),
   });
+  return workflow;
+}
+
+/** A run ref carrying its workflow (for the types; engine.send checks the run's workflow by name). */
+function refOf<W extends Workflow>(workflow: W, ref: KeyRef): RunRef<W> {
+  if (!ref || typeof ref !== 'object') {
+    throw new StepkeyError('invalid_key', `${workflow.name}.ref() needs { scope, key }, got ${ref === null ? 'null' : typeof ref}.`);
+  }
+  return Object.freeze({ scope: ref.scope, key: ref.key, workflow });
 }
 
 const limited = new WeakMap<Workflow, boolean>();

@@ -8,6 +8,7 @@ import type { TxSql } from '../db/transaction.js';
 import type { AnySchema, EventDeclarations, StepDeclarations, Workflow, WorkflowInput, WorkflowResult } from './define.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { PreviousAttempt } from './effects/attempts.js';
+import type { ChildOptions } from './waits/queued-child.js';
 
 /** What an enqueue step records: the message's derived key (its job key and dedupe key). */
 export interface Enqueued {
@@ -70,11 +71,13 @@ interface WaitHandle<Events extends EventDeclarations> {
   /**
    * Starts a child run (same scope, keyed by this step's key) and waits for
    * its result, holding nothing while it runs. A child that did not complete
-   * (errored, failed, cancelled) rejects with a ChildRunError.
+   * (errored, failed, cancelled) rejects with a ChildRunError. With
+   * `{ queue }` the child waits on that queue for a slot before it starts
+   * (counted by the queue's concurrency like any queued run).
    */
-  child<C extends Workflow>(workflow: C, input: WorkflowInput<C>, use?: StepUse): Promise<WorkflowResult<C>>;
-  /** Starts a child run and returns its ref at once; it runs on its own (see docs/waits.md on forgotten children). */
-  startChild<C extends Workflow>(workflow: C, input: WorkflowInput<C>, use?: StepUse): Promise<RunRef<C>>;
+  child<C extends Workflow>(workflow: C, input: WorkflowInput<C>, options?: ChildOptions): Promise<WorkflowResult<C>>;
+  /** Starts a child run and returns its ref at once; it runs on its own (see docs/waits.md on forgotten children). `{ queue }` as for child. */
+  startChild<C extends Workflow>(workflow: C, input: WorkflowInput<C>, options?: ChildOptions): Promise<RunRef<C>>;
 }
 
 /** One more use of a step in the same run needs its own stable discriminator. */

@@ -23,6 +23,7 @@ import type { RunWait } from '../lifecycle/wait.js';
 import type { Logger } from '../log/logger.js';
 import type { StepLimits } from './step-limits.js';
 import type { SlotHandOff } from './slot-handoff.js';
+import type { ChildQueues } from './waits/queued-child.js';
 
 export interface RunDeps {
   sql: Sql;
@@ -45,6 +46,8 @@ export interface EngineHooks {
   executeChild(child: ChildStart): void;
   /** Continues a parked run that is due, in this process, if it runs the run's workflow version. */
   wake(ref: KeyRef): void;
+  /** The queues a child can be started on (src/flow registers them); absent when the engine registers none. */
+  readonly queues?: ChildQueues | undefined;
 }
 
 /** A child run claimed by its parent's step, to execute under `lease`. */

@@ -3,7 +3,9 @@
  * committed (the fault point engine.after-child-start): cancelling the parent
  * from another process cancels the child it had just started, and a parent
  * whose deadline passes meanwhile is ended by any sweeper with its child —
- * and nothing of either runs afterwards, in any process.
+ * and nothing of either runs afterwards, in any process. A child that went in
+ * line on a queue is dispatched by another process's sweeper, once, and its
+ * parent completes.
  */
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -13,6 +15,7 @@ import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
 import { order, parcel } from '../helpers/scripts/wait-workflows.js';
+import { slotsHeld } from '../helpers/flow.js';
 
 const db = useTestDatabase();
 const script = fileURLToPath(new URL('../helpers/scripts/wait-workflows.ts', import.meta.url));
@@ -79,6 +82,33 @@ describe('a parent killed right after its child started', () => {
     await fresh.waitFor(/SWEEPER READY/, PATIENCE_MS);
     await expect.poll(async () => (await tree(scope, key)).map((row) => row.status), { timeout: PATIENCE_MS }).toEqual(['deadline_exceeded', 'cancelled']);
     expect(await effects((await tree(scope, key)).map((row) => row.root_key))).toBe(0);
+    fresh.kill();
+  });
+
+  it('whose child went in line on a queue: another process’s sweeper dispatches the child once, and the parent completes', async () => {
+    const scope = 'orders';
+    const key = uniqueKey('tree-queued');
+    const killed = spawn(['queued-order', scope, key], { faults: 'engine.after-child-start:crash-parcel' });
+    expect((await killed.exited).signal).toBe('SIGKILL');
+    const queued = await db().sql<{ status: string; wait_kind: string | null }[]>`
+      select status, wait_kind from stepkey.ledger where scope = ${scope} and (key = ${key} or parent_run = ${key}) order by parent_run nulls first`;
+    // Both parked: the parent on its child, the child for a slot — no lease, nothing to take over.
+    expect(queued).toEqual([
+      { status: 'waiting', wait_kind: 'child' },
+      { status: 'waiting', wait_kind: 'slot' },
+    ]);
+    expect(await slotsHeld(db().sql, 'crash-parcels')).toEqual({ held: 0, entries: 1 });
+    const fresh = spawn(['sweep', scope]);
+    await fresh.waitFor(/SWEEPER READY/, PATIENCE_MS);
+    await expect.poll(async () => (await tree(scope, key)).map((row) => row.status), { timeout: PATIENCE_MS }).toEqual(['completed', 'completed']);
+    const ran = await db().sql<{ step: string; n: number }[]>`
+      select step, count(*)::int as n from wait_effects where run_key = any(${(await tree(scope, key)).map((row) => row.root_key)}::text[])
+       group by step order by step`;
+    expect(ran).toEqual([
+      { step: 'confirm.v1', n: 1 },
+      { step: 'pack.v1', n: 1 },
+    ]);
+    expect(await slotsHeld(db().sql, 'crash-parcels')).toEqual({ held: 0, entries: 0 });
     fresh.kill();
   });
 });

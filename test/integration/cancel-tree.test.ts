@@ -14,7 +14,8 @@ import { ChildRunError } from '../../src/workflow/waits/child-error.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
-import { gates } from '../helpers/flow.js';
+import { gates, slotsHeld } from '../helpers/flow.js';
+import { defineQueue } from '../../src/flow/define-queue.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
 
@@ -97,8 +98,8 @@ const patient = defineWorkflow({
 });
 
 const engines: Engine[] = [];
-function engineFor(workflows: Parameters<typeof testEngine>[1]) {
-  const made = testEngine(db(), workflows);
+function engineFor(workflows: Parameters<typeof testEngine>[1], options: Parameters<typeof testEngine>[2] = {}) {
+  const made = testEngine(db(), workflows, options);
   engines.push(made);
   return made;
 }
@@ -171,5 +172,75 @@ describe('cancelling a run', () => {
     expect(await engine.cancel({ scope: ref.scope, key: kid }, 'not needed')).toBe(true);
     expect(await handle.result()).toBe('child cancelled: not needed');
     expect(await statusOf(ref)).toBe('completed');
+  });
+
+  it('reaches a child on a queue: waiting for a slot, its entry goes; holding one, its call is aborted and the slot goes to the next in line', async () => {
+    const line = defineQueue({ name: 'ct-line', concurrency: 1 });
+    const work = defineWorkflow({
+      name: 'ct-queued-work',
+      version: 1,
+      input: z.object({ id: z.string() }),
+      steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
+      async run({ input, steps }) {
+        await steps.work.call(async ({ signal }) => {
+          gate(`${input.id}-working`).open();
+          await Promise.race([
+            gate(input.id).opened,
+            new Promise((_, reject) =>
+              signal.addEventListener('abort', () => {
+                aborted.add(input.id);
+                reject(signal.reason);
+              }),
+            ),
+          ]);
+        });
+        return input.id;
+      },
+    });
+    const owner = defineWorkflow({
+      name: 'ct-queued-owner',
+      version: 1,
+      input: z.object({ id: z.string() }),
+      steps: { kid: step('kid.v1') },
+      async run({ input, steps }) {
+        return steps.kid.child(work, { id: `${input.id}-child` }, { queue: line });
+      },
+    });
+    const engine = engineFor([owner, work], { queues: [line] });
+
+    // Waiting for a slot: the queue's one slot is held by an enqueued run.
+    const holder = { scope: 'acme', key: uniqueKey('ct-qholder') };
+    await engine.enqueue(work, holder, { id: holder.key }, { queue: line });
+    await gate(`${holder.key}-working`).opened;
+    const waiting = { scope: 'acme', key: uniqueKey('ct-qwaiting') };
+    await engine.start(owner, waiting, { id: waiting.key });
+    await expect.poll(() => statusOf(waiting), { timeout: PATIENCE_MS }).toBe('waiting');
+    const [queuedChild] = await childrenOf(waiting);
+    expect(await statusOf({ scope: 'acme', key: queuedChild! })).toBe('waiting');
+    expect(await slotsHeld(db().sql, 'ct-line')).toEqual({ held: 1, entries: 2 });
+    expect(await engine.cancel(waiting, 'not needed')).toBe(true);
+    expect((await rows('acme', [waiting.key, queuedChild!])).map((row) => row.status)).toEqual(['cancelled', 'cancelled']);
+    expect(await slotsHeld(db().sql, 'ct-line')).toEqual({ held: 1, entries: 1 });
+
+    // Holding the slot: the holder ends, the next parent's child gets the slot and works in it.
+    const running = { scope: 'acme', key: uniqueKey('ct-qrunning') };
+    await engine.start(owner, running, { id: running.key });
+    await expect.poll(async () => (await childrenOf(running)).length, { timeout: PATIENCE_MS }).toBe(1);
+    const [runningChild] = await childrenOf(running);
+    const next = { scope: 'acme', key: uniqueKey('ct-qnext') };
+    await engine.enqueue(work, next, { id: next.key }, { queue: line });
+    gate(holder.key).open();
+    await gate(`${running.key}-child-working`).opened;
+    expect(await slotsHeld(db().sql, 'ct-line')).toEqual({ held: 1, entries: 2 });
+    expect(await statusOf(next)).toBe('waiting');
+    expect(await engine.cancel(running, 'not needed')).toBe(true);
+    await expect.poll(() => statusOf({ scope: 'acme', key: runningChild! }), { timeout: PATIENCE_MS }).toBe('cancelled');
+    expect(aborted.has(`${running.key}-child`)).toBe(true);
+    // The slot it gave back went to the run next in line.
+    await gate(`${next.key}-working`).opened;
+    expect(await slotsHeld(db().sql, 'ct-line')).toEqual({ held: 1, entries: 1 });
+    gate(next.key).open();
+    await expect.poll(() => statusOf(next), { timeout: PATIENCE_MS }).toBe('completed');
+    expect(await slotsHeld(db().sql, 'ct-line')).toEqual({ held: 0, entries: 0 });
   });
 });

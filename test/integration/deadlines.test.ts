@@ -184,6 +184,50 @@ describe('a run past its deadline', () => {
     await expect.poll(() => status(holder), { timeout: PATIENCE_MS }).toBe('completed');
   });
 
+  it('parked on a child waiting on a queue for a slot: the sweep ends it, cancels the child, and its entry goes', async () => {
+    const queue = defineQueue({ name: 'dl-child-queue', concurrency: 1 });
+    const work = defineWorkflow({
+      name: 'dl-queued-work',
+      version: 1,
+      input: z.object({ id: z.string() }),
+      steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
+      async run({ input, steps }) {
+        await steps.work.call(async () => gate(input.id).opened);
+        return input.id;
+      },
+    });
+    const parent = defineWorkflow({
+      name: 'dl-queued-parent',
+      version: 1,
+      input: z.object({}),
+      deadline: MINUTE,
+      steps: { kid: step('kid.v1') },
+      async run({ steps }) {
+        return steps.kid.child(work, { id: 'child' }, { queue });
+      },
+    });
+    const engine = engineFor([parent, work], { queues: [queue] });
+    const holder = { scope: 'acme', key: uniqueKey('dl-qholder') };
+    await engine.enqueue(work, holder, { id: holder.key }, { queue });
+    await expect.poll(() => status(holder), { timeout: PATIENCE_MS }).toBe('in_progress');
+    const ref = { scope: 'acme', key: uniqueKey('dl-qparent') };
+    await engine.start(parent, ref, {});
+    await expect.poll(() => status(ref), { timeout: PATIENCE_MS }).toBe('waiting');
+    const child = async () =>
+      (await db().sql<{ key: string; status: string; wait_kind: string | null; outcome: string | null }[]>`
+        select key, status, wait_kind, outcome from stepkey.ledger where scope = ${ref.scope} and parent_run = ${ref.key}`)[0];
+    expect(await child()).toMatchObject({ status: 'waiting', wait_kind: 'slot' });
+    expect(await slotsHeld(db().sql, 'dl-child-queue')).toEqual({ held: 1, entries: 2 });
+    await pastDeadline(engine, ref);
+    const ended = (await child())!;
+    expect(ended.status).toBe('cancelled');
+    expect(JSON.parse(ended.outcome!)).toMatchObject({ name: 'RunCancelled', data: { root: ref.key } });
+    expect(await slotsHeld(db().sql, 'dl-child-queue')).toEqual({ held: 1, entries: 1 });
+    gate(holder.key).open();
+    await expect.poll(() => status(holder), { timeout: PATIENCE_MS }).toBe('completed');
+    expect(await slotsHeld(db().sql, 'dl-child-queue')).toEqual({ held: 0, entries: 0 });
+  });
+
   it('waiting for a limit’s slot: the sweep ends it, and the limit’s slots are as before', async () => {
     const single = defineLimit({ name: 'dl-limit', concurrency: 1 });
     const limited = defineWorkflow({

@@ -25,9 +25,9 @@ const hold = defineWorkflow({
 });
 const payments = defineLimit<{ tenant: string }>({
   name: 'cli-payments',
-  concurrency: 1,
   rateLimit: { limit: 100, periodMs: 1_000 },
   partitionBy: (input) => input.tenant,
+  perPartition: { concurrency: 1 },
 });
 const limited = defineWorkflow({
   name: 'flow-cli-limited',

@@ -34,7 +34,7 @@ const executions = new Map<string, number>();
 const pair = defineLimit({ name: 'lim-pair', concurrency: 2 });
 const single = defineLimit({ name: 'lim-single', concurrency: 1 });
 const slow = defineLimit({ name: 'lim-slow', rateLimit: { limit: 1, periodMs: 60_000 } });
-const perAccount = defineLimit<{ account: string }>({ name: 'lim-account', concurrency: 1, partitionBy: (input) => input.account });
+const perAccount = defineLimit<{ account: string }>({ name: 'lim-account', partitionBy: (input) => input.account, perPartition: { concurrency: 1 } });
 /** One token a minute, ten in the bucket; and the same with slots. */
 const steady = defineLimit({ name: 'lim-steady', rateLimit: { limit: 10, periodMs: 600_000 } });
 const steadySlots = defineLimit({ name: 'lim-steady-slots', rateLimit: { limit: 10, periodMs: 600_000 }, concurrency: 5 });
@@ -400,7 +400,7 @@ describe('bad input', () => {
     refused(() => defineLimit({ name: 'x', rateLimit: { limit: 10, periodMs: -1 } }), /rateLimit.periodMs must be a whole number above 0, got -1/);
     refused(() => defineLimit({ name: 'x' }), /give it a rateLimit/);
     refused(() => defineLimit({ name: '', concurrency: 1 }), /the name must be/);
-    refused(() => defineLimit({ name: 'x', concurrency: 1, partitionBy: 'tenant' as never }), /partitionBy must be a function/);
+    refused(() => defineLimit({ name: 'x', partitionBy: 'tenant' as never, perPartition: { concurrency: 1 } }), /partitionBy must be a function/);
     refused(() => step('s.v1', { limit: 42 as never }), /Step 's.v1': limit must be a limit made with defineLimit\(\) or its name/);
     const named = defineWorkflow({
       name: 'lim-unregistered',
@@ -424,11 +424,11 @@ describe('bad input', () => {
   it('fails the run — resumable, nothing taken or stored — when partitionBy throws or returns no string', async () => {
     const throwing = defineLimit<{ account?: string }>({
       name: 'lim-bad-partition',
-      concurrency: 1,
       partitionBy: (input) => {
         if (input.account === undefined) throw new Error('no account');
         return 42 as never;
       },
+      perPartition: { concurrency: 1 },
     });
     const wf = defineWorkflow({
       name: 'lim-bad-partition-wf',

@@ -23,7 +23,7 @@ const db = useTestDatabase({ max: 5 });
 const NUL = '\u0000';
 
 const byTenant = defineQueue<{ tenant: string }>({ name: 'nul-tenants', concurrency: 2, partitionBy: (input) => input.tenant });
-const byAccount = defineLimit<{ tenant: string }>({ name: 'nul-accounts', concurrency: 1, partitionBy: (input) => input.tenant });
+const byAccount = defineLimit<{ tenant: string }>({ name: 'nul-accounts', partitionBy: (input) => input.tenant, perPartition: { concurrency: 1 } });
 
 const queued = defineWorkflow({
   name: 'nul-queued',

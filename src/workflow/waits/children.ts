@@ -7,16 +7,18 @@
  * parent's step commit together, so a child is started once even when the
  * parent dies right after. The parent's process executes the child at once;
  * if it dies, a sweeper does. A child's end (completed, errored, failed,
- * cancelled) wakes a parent waiting for it.
+ * cancelled) wakes a parent waiting for it. With `{ queue }` the child is put
+ * in line instead, parked for a slot in the same commit, and the queue's
+ * dispatch starts it (queued-child.ts).
  */
 import { randomUUID } from 'node:crypto';
 import { StepkeyError } from '../../errors/stepkey-error.js';
 import { faultPoint } from '../../faults/fault-points.js';
-import { childKey, newRootKey } from '../../keys/derive.js';
+import { childKey, newRootKey, stepInstanceName } from '../../keys/derive.js';
 import { purposeFingerprint } from '../../keys/fingerprint.js';
 import { toJsonText, type StoredError } from '../../ledger/outcome.js';
 import type { Workflow } from '../define.js';
-import type { RunRef, StepUse } from '../handles.js';
+import type { RunRef } from '../handles.js';
 import type { RunState } from '../run-state.js';
 import type { FinishedStep } from '../sql/load-run.js';
 import type { StepTarget } from '../steps.js';
@@ -26,6 +28,9 @@ import type { ResolvedDeadline } from '../../lifecycle/deadline.js';
 import { runWait, type WaitDecision } from './settle.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
 import { insertChildStatement, readChildStatement, type ChildRow } from './sql/child-runs.js';
+import { parkStatement } from '../../lifecycle/park.js';
+import { slotWait } from '../../lifecycle/slot-wait.js';
+import { childOptions, requireChildQueues, type ChildEntry, type ChildOptions, type ChildQueues } from './queued-child.js';
 
 /**
  * The key of the child run a step starts: derived from the step's key (the
@@ -36,8 +41,15 @@ export function childRunKey(stepKey: string): string {
   return childKey(stepKey, '$child');
 }
 
-/** The child's claim and what to execute once it commits, or an error for bad input. */
-function prepareChild(state: RunState, where: string, workflow: Workflow, input: unknown) {
+/**
+ * The child's claim and what to execute once it commits, or an error for bad
+ * input — a child on a queue has its entry computed here too (the queue
+ * registered, the priority in range, partitionBy answering), before anything
+ * is stored.
+ */
+function prepareChild(target: StepTarget, where: string, workflow: Workflow, input: unknown, options: ChildOptions | undefined) {
+  const { state, declaration } = target;
+  const checked = childOptions(where, options);
   const definition = state.deps.hooks.registry.require(workflow);
   const parsed = definition.input.safeParse(input);
   if (!parsed.success) {
@@ -45,17 +57,34 @@ function prepareChild(state: RunState, where: string, workflow: Workflow, input:
       cause: parsed.error,
     });
   }
-  return { definition, input, parsed: parsed.data as unknown, text: toJsonText(parsed.data, `input of child workflow '${definition.name}'`) };
+  let queue: { queues: ChildQueues; entry: ChildEntry; ready: Promise<void> } | undefined;
+  if (checked.queue !== undefined) {
+    const queues = requireChildQueues(where, state.deps.hooks.queues, checked.queue);
+    const key = childRunKey(childKey(state.rootKey, stepInstanceName(declaration.name, checked.id)));
+    const entry = queues.entry(definition, { scope: state.lease.scope, key }, parsed.data, checked);
+    // The queue's settings written to its row (once per engine) before the child goes in line; awaited in the step's decision.
+    const ready = queues.ready();
+    ready.catch(() => {});
+    queue = { queues, entry, ready };
+  }
+  return { definition, input, parsed: parsed.data as unknown, text: toJsonText(parsed.data, `input of child workflow '${definition.name}'`), queue };
 }
 
 type Prepared = ReturnType<typeof prepareChild>;
 
-/** Claims the child (inserted with a lease of this process's) and arranges its execution after the commit. */
-function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<WaitDecision, 'statements' | 'after'> {
+/**
+ * Claims the child (inserted with a lease of this process's) and arranges its
+ * execution after the commit. A child on a queue is put in line and parked
+ * for a slot in the same transaction (its lease ends there, unused), and the
+ * queue is dispatched after the commit: it starts when the queue gives it a
+ * slot, here or in any process that serves the queue.
+ */
+function startIt(state: RunState, prepared: Prepared, childKey: string, parentParks: boolean): Pick<WaitDecision, 'statements' | 'after'> {
   const { scope } = state.lease;
   const token = randomUUID();
   const rootKey = newRootKey(scope, childKey);
-  const { definition } = prepared;
+  const { definition, queue } = prepared;
+  const ref = { scope, key: childKey };
   return {
     statements: (q) => [
       insertChildStatement(q, state.deps.clock, {
@@ -72,9 +101,14 @@ function startIt(state: RunState, prepared: Prepared, childKey: string): Pick<Wa
         traceContext: activeTraceContext(),
         deadline: definition.deadline,
       }),
+      ...(queue ? [...queue.queues.statements(q, ref, queue.entry), parkStatement(q, state.deps.clock, { ...ref, token }, slotWait(queue.entry.queue))] : []),
     ],
     after: () => {
       faultPoint('engine.after-child-start', definition.name);
+      if (queue) {
+        queue.queues.dispatch(queue.entry.queue, parentParks);
+        return;
+      }
       state.deps.hooks.executeChild({
         lease: { scope, key: childKey, token },
         workflow: definition,
@@ -95,10 +129,10 @@ function validInputOrReject<T>(work: () => T): T | Promise<never> {
   }
 }
 
-export function childStep(target: StepTarget, workflow: Workflow, input: unknown, use: StepUse | undefined): Promise<unknown> {
+export function childStep(target: StepTarget, workflow: Workflow, input: unknown, use: ChildOptions | undefined): Promise<unknown> {
   const { state, declaration } = target;
   const where = `Step '${declaration.name}'`;
-  const prepared = validInputOrReject(() => prepareChild(state, where, workflow, input));
+  const prepared = validInputOrReject(() => prepareChild(target, where, workflow, input, use));
   if (prepared instanceof Promise) return prepared;
   const { definition } = prepared;
   const decode = (finished: FinishedStep, instance: string) => {
@@ -114,7 +148,8 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
       const key = childRunKey(stepKey);
       const [child] = await readChildStatement(q, state.lease.scope, key);
       if (!child) {
-        return { ...startIt(state, prepared, key), park: { kind: 'child', step: instance, for: key, untilMs: null } };
+        await prepared.queue?.ready;
+        return { ...startIt(state, prepared, key, true), park: { kind: 'child', step: instance, for: key, untilMs: null } };
       }
       const ended = childOutcome(child, { scope: state.lease.scope, key, workflow: child.name });
       return ended ? { finish: ended } : { park: { kind: 'child', step: instance, for: key, untilMs: null } };
@@ -123,10 +158,11 @@ export function childStep(target: StepTarget, workflow: Workflow, input: unknown
   );
 }
 
-export function startChildStep(target: StepTarget, workflow: Workflow, input: unknown, use: StepUse | undefined): Promise<unknown> {
-  const { state, declaration } = target;
-  const prepared = validInputOrReject(() => prepareChild(state, `Step '${declaration.name}'`, workflow, input));
+export function startChildStep(target: StepTarget, workflow: Workflow, input: unknown, use: ChildOptions | undefined): Promise<unknown> {
+  const { declaration } = target;
+  const prepared = validInputOrReject(() => prepareChild(target, `Step '${declaration.name}'`, workflow, input, use));
   if (prepared instanceof Promise) return prepared;
+  const { state } = target;
   const refOf = (key: string): RunRef => ({ scope: state.lease.scope, key });
   return runWait(
     { ...target, use },
@@ -135,7 +171,8 @@ export function startChildStep(target: StepTarget, workflow: Workflow, input: un
       const key = childRunKey(stepKey);
       const body = toJsonText({ scope: state.lease.scope, key }, 'child ref');
       const [child] = await readChildStatement(q, state.lease.scope, key);
-      return child ? { finish: { ok: true, body } } : { ...startIt(state, prepared, key), finish: { ok: true, body } };
+      if (!child) await prepared.queue?.ready;
+      return child ? { finish: { ok: true, body } } : { ...startIt(state, prepared, key, false), finish: { ok: true, body } };
     },
     (finished) => ({ ...refOf((JSON.parse(finished.body) as { key: string }).key), workflow: prepared.definition }),
   );

@@ -17,6 +17,7 @@ import { isEnded } from '../../lifecycle/states.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { RunDeps } from '../run-state.js';
 import { summarise } from '../values.js';
+import { workflowMismatchError } from '../workflow-mismatch.js';
 import { insertMessageStatement, lockTargetRun, type TargetRun } from './sql/mailbox.js';
 import { wakeForEventStatement } from '../../lifecycle/wake.js';
 
@@ -34,6 +35,8 @@ export async function sendEvent(
   topic: string,
   payload: unknown,
   options: { key: string },
+  /** The workflow the sender typed the event by (engine.send with a workflow or a workflow's ref): the run must be one of its. */
+  workflow?: string,
 ): Promise<Sent & { woke: boolean }> {
   assertValidKey(options?.key, "sender's key of the event");
   assertStorableText(topic, "The event's topic");
@@ -44,6 +47,9 @@ export async function sendEvent(
       const run = found ?? (await startedMeanwhile(deps, tx, ref));
       if (run.expired) {
         throw new StepkeyError('run_not_found', `Cannot send ${what}: the run has expired (${run.status}); its key is a new request now. Nothing was stored.`);
+      }
+      if (workflow !== undefined && run.name !== workflow) {
+        throw workflowMismatchError(ref, workflow, run, `send ${what}`, 'Send it typed by the run\'s own workflow, or untyped with engine.send(ref, …). Nothing was stored.');
       }
       const text = checkedPayload(deps, run, topic, payload);
       if (isEnded(run.status)) {

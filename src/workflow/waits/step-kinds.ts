@@ -3,6 +3,7 @@ import type { Workflow } from '../define.js';
 import type { StepHandleExtension } from '../executor.js';
 import type { StepUse } from '../handles.js';
 import { childStep, startChildStep } from './children.js';
+import type { ChildOptions } from './queued-child.js';
 import { waitForEventStep, type WaitForEventOptions } from './events.js';
 import { sleepStep, sleepUntilStep } from './timer.js';
 
@@ -12,7 +13,7 @@ export const waitStepKinds: StepHandleExtension = (state, declaration, workflow)
     sleep: (ms: number, use?: StepUse) => sleepStep(target, ms, use),
     sleepUntil: (date: Date, use?: StepUse) => sleepUntilStep(target, date, use),
     waitForEvent: (topic: string, options?: WaitForEventOptions) => waitForEventStep(target, workflow, topic, options),
-    child: (child: Workflow, input: unknown, use?: StepUse) => childStep(target, child, input, use),
-    startChild: (child: Workflow, input: unknown, use?: StepUse) => startChildStep(target, child, input, use),
+    child: (child: Workflow, input: unknown, options?: ChildOptions) => childStep(target, child, input, options),
+    startChild: (child: Workflow, input: unknown, options?: ChildOptions) => startChildStep(target, child, input, options),
   };
 };

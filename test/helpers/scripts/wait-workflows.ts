@@ -3,6 +3,7 @@
  *
  *   node --import tsx wait-workflows.ts start <db> <scope> <napMs> <key…>   starts a napping run per key, prints STARTED
  *   node --import tsx wait-workflows.ts order <db> <scope> <key>           runs an order whose step waits on a child run
+ *   node --import tsx wait-workflows.ts queued-order <db> <scope> <key>    the same, its child on the queue crash-parcels
  *   node --import tsx wait-workflows.ts sweep <db>                         sweeps (expired and due runs) until killed
  *
  * Every step writes a row to wait_effects (run root, step, stepkey's time, the
@@ -17,6 +18,7 @@ import { Clock } from '../../../src/db/clock.js';
 import { connect } from '../../../src/db/connect.js';
 import { defineWorkflow, step } from '../../../src/workflow/define.js';
 import { createEngine } from '../../../src/engine/engine.js';
+import { defineQueue } from '../../../src/flow/define-queue.js';
 
 const clock = new Clock();
 clock.advance(Number(process.env.WAIT_CLOCK_OFFSET_MS ?? 0));
@@ -63,17 +65,32 @@ export const order = defineWorkflow({
   },
 });
 
+/** One parcel packed at a time. */
+export const parcels = defineQueue({ name: 'crash-parcels', concurrency: 1 });
+
+export const queuedOrder = defineWorkflow({
+  name: 'crash-order-with-queued-child',
+  version: 1,
+  input: z.object({ order: z.string() }),
+  steps: { ship: step('ship-order.v1'), confirm: step('confirm.v1') },
+  async run({ input, steps, ctx }) {
+    const { parcel: id } = await steps.ship.child(parcel, { order: input.order }, { queue: parcels });
+    await steps.confirm.tx((db, c) => effect('confirm.v1')(db, c, ctx.rootKey));
+    return { parcel: id };
+  },
+});
+
 async function main(): Promise<void> {
   const [mode, url, scope, ...rest] = process.argv.slice(2) as [string, string, string, ...string[]];
   const database = connect(url, { max: 6 });
-  const engine = createEngine({ database, workflows: [nap, parcel, order], clock, onError: () => {} });
+  const engine = createEngine({ database, workflows: [nap, parcel, order, queuedOrder], queues: [parcels], clock, onError: () => {} });
   if (mode === 'start') {
     const [napMs, ...keys] = rest;
     for (const key of keys) await engine.start(nap, { scope, key }, { napMs: Number(napMs) });
     console.log('STARTED');
-  } else if (mode === 'order') {
+  } else if (mode === 'order' || mode === 'queued-order') {
     const deadline = process.env.WAIT_DEADLINE_MS ? { deadline: Number(process.env.WAIT_DEADLINE_MS) } : {};
-    const result = await engine.run(order, { scope, key: rest[0]! }, { order: rest[0]! }, deadline);
+    const result = await engine.run(mode === 'order' ? order : queuedOrder, { scope, key: rest[0]! }, { order: rest[0]! }, deadline);
     console.log(`RESULT ${JSON.stringify(result)}`);
     await engine.shutdown();
     await database.close();
