@@ -81,10 +81,13 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
-    if (!(await flow.tryLockIn(tx.sql, request.entry.queue))) {
-      // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the dispatch follows.
+    const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
+    if (lock !== 'locked') {
+      // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
+      // dispatch follows. Or every slot is held: the entry waits its turn (each slot's holder hands
+      // it over at its end).
       await tx.commit(...entry);
-      return { claim, dispatched: [], requeued: false, dispatchAfter: true };
+      return { claim, dispatched: [], requeued: false, dispatchAfter: lock === 'held' };
     }
     const [, , dispatched] = await tx.commit(
       ...entry,

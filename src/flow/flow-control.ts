@@ -73,9 +73,15 @@ export class FlowControl {
     await Promise.all([lockQueueStatement(tx, [queue], false), lockQueueRowStatement(tx, queue, false)]);
   }
 
-  /** Within an open transaction (an enqueue's): takes both of the queue's locks if no one holds them; false if someone does. */
-  async tryLockIn(tx: TxSql, queue: string): Promise<boolean> {
-    return (await tryLockQueueStatement(tx, queue)).length > 0;
+  /**
+   * Within an open transaction (an enqueue's): takes both of the queue's
+   * locks if no one holds them ('held' if someone does), and says whether a
+   * slot seemed free ('locked') or not ('full': nothing to dispatch now).
+   */
+  async tryLockIn(tx: TxSql, queue: string): Promise<'locked' | 'full' | 'held'> {
+    const [row] = await tryLockQueueStatement(tx, queue);
+    if (!row) return 'held';
+    return row.free ? 'locked' : 'full';
   }
 
   dispatchIn(tx: TxSql, queue: string, limit: number, leaseMs: number, versions: Versions) {

@@ -53,13 +53,21 @@ export function lockQueueStatement(q: Queryable, names: readonly string[], skipL
   if (skipLocked) {
     return q<{ name: string }[]>`
       with listed as materialized (select name from stepkey.queues where name = any(${names}::text[]))
-      select name from listed where pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) order by name`;
+      select name from listed, ${genericPlans(q)} where pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) order by name`;
   }
   if (names.length !== 1) throw new Error('lockQueueStatement waits for one queue at a time.');
   return q<{ name: string }[]>`
     with listed as materialized (select name from stepkey.queues where name = ${names[0]!}::text)
-    select name from listed, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`;
+    select name from listed, ${genericPlans(q)}, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`;
 }
+
+/**
+ * The dispatch that follows a queue's lock is planned once per connection,
+ * not at each execution (its plan does not depend on the values: a custom
+ * plan cost more to make than it saved). Set for the rest of the
+ * transaction, which holds only stepkey's statements from here on.
+ */
+const genericPlans = (q: Queryable) => q`(select set_config('plan_cache_mode', 'force_generic_plan', true)) generic_plans`;
 
 /**
  * Under the queue's advisory lock: takes its row's lock — only if a run waits
@@ -86,10 +94,14 @@ export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: bo
  */
 export function tryLockQueueStatement(q: Queryable, queue: string) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
+  // `free`: whether the queue seemed to have a free slot (its snapshot predates the lock: only a hint
+  // for whether to dispatch now — a slot given back meanwhile is dispatched by whoever gave it back).
   return q`
-    select set_config('stepkey.dispatching', name, true) as name from stepkey.queues
+    select set_config('stepkey.dispatching', name, true) as name,
+           (select count(*) from stepkey.queue_entries e where e.queue = queues.name and e.holding) < queues.concurrency as free
+      from stepkey.queues, ${genericPlans(q)}
      where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
-       for update`;
+       for update of queues`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
