@@ -31,16 +31,22 @@ export interface SweptRun {
 /**
  * The sweeper's takeover: runs whose lease expired, and parked runs that are
  * due, get a new lease token (one of `tokens`, minted by the caller: nothing
- * volatile in the UPDATE) and belong to this process. Guarantee: each goes to
- * exactly one sweeper — rows another sweeper is taking are skipped (SKIP
- * LOCKED), and the new token fences out the process that died (or stalled)
+ * volatile in the UPDATE) and belong to this process. Failed runs are not
+ * touched: they resume when their caller retries. A run on a queue that has
+ * no slot is left to the queue's dispatch, and a run past its deadline to the
+ * deadline sweep. Only runs of a workflow version in `versions` are taken:
+ * during a deploy, a process of the old release leaves the new release's runs
+ * to the processes that run them.
+ *
+ * Two steps, so that the cross-scope part only reads (on Citus it reads
+ * every shard; a locking read across shards is refused there): candidates are
+ * found without a lock, then each scope's candidates are taken by one fenced
+ * UPDATE that names the scope (one shard) and decides again under the row
+ * lock. Guarantee: each run goes to exactly one sweeper — a second sweeper
+ * that found the same run finds it no longer expired or due and takes
+ * nothing — and the new token fences out the process that died (or stalled)
  * holding the old one. A woken run keeps its wait columns: the waiting step
- * reads them when the run reaches it again. Failed runs are not touched: they
- * resume when their caller retries. A run on a queue that has no slot is left
- * to the queue's dispatch, and a run past its deadline to the deadline sweep.
- * Only runs of a workflow version in `versions` are taken: during a deploy, a
- * process of the old release leaves the new release's runs to the processes
- * that run them.
+ * reads them when the run reaches it again.
  */
 export async function sweepExpiredRuns(
   q: Queryable,
@@ -48,54 +54,88 @@ export async function sweepExpiredRuns(
   tokens: readonly string[],
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
+): Promise<SweptRun[]> {
+  const limit = tokens.length;
+  if (limit === 0) return [];
+  const found = await findSweepable(q, clock, limit, versions);
+  const byScope = new Map<string, { expired: string[]; due: string[] }>();
+  for (const row of found) {
+    const entry = byScope.get(row.scope) ?? { expired: [], due: [] };
+    (row.woken ? entry.due : entry.expired).push(row.key);
+    byScope.set(row.scope, entry);
+  }
+  const taken: SweptRun[] = [];
+  let next = 0;
+  for (const [scope, keys] of byScope) {
+    const mine = tokens.slice(next, next + keys.expired.length + keys.due.length);
+    next += mine.length;
+    taken.push(...(await takeSwept(q, clock, scope, keys, mine, leaseMs, versions)));
+  }
+  return taken;
+}
+
+/** `name chr(31) version` of each registered workflow version: the form the sweep compares. */
+function versionTags(versions: readonly { name: string; version: number }[]): string[] {
+  return versions.map((v) => `${v.name}\u001f${v.version}`);
+}
+
+/** Up to `limit` expired and due runs, across scopes, read without a lock. */
+function findSweepable(q: Queryable, clock: Clock, limit: number, versions: readonly { name: string; version: number }[]) {
+  const now = sqlNow(q, clock);
+  const tags = versionTags(versions);
+  return q<{ scope: string; key: string; woken: boolean }[]>`
+    select scope, key, woken from (
+      (select scope, key, false as woken
+         from stepkey.ledger
+        where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
+          and (deadline_at is null or deadline_at > ${now})
+          and (name || chr(31) || version::text) = any(${tags}::text[])
+        order by locked_until
+        limit ${limit})
+      union all
+      (select scope, key, true as woken
+         from stepkey.ledger
+        where status = 'waiting' and wake_at <= ${now} and not ${queuedWithoutSlot(q, 'ledger')}
+          and (deadline_at is null or deadline_at > ${now})
+          and (name || chr(31) || version::text) = any(${tags}::text[])
+        order by wake_at
+        limit ${limit})
+    ) found
+    limit ${limit}`;
+}
+
+/** Takes one scope's candidates if they are still expired or due: one shard, one statement. */
+function takeSwept(
+  q: Queryable,
+  clock: Clock,
+  scope: string,
+  keys: { expired: string[]; due: string[] },
+  tokens: readonly string[],
+  leaseMs: number,
+  versions: readonly { name: string; version: number }[],
 ) {
   const now = sqlNow(q, clock);
-  const registered = JSON.stringify(versions);
-  const limit = tokens.length;
+  const all = [...keys.expired, ...keys.due];
   return q<SweptRun[]>`
-    with expired as (
-      select scope, key
-        from stepkey.ledger
-       where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
-         and (deadline_at is null or deadline_at > ${now})
-         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
-                      where v.name = ledger.name and v.version = ledger.version)
-       order by locked_until
-       limit ${limit}
-       for update skip locked
-    ), due as (
-      select scope, key
-        from stepkey.ledger
-       where status = 'waiting' and wake_at <= ${now} and not ${queuedWithoutSlot(q, 'ledger')}
-         and (deadline_at is null or deadline_at > ${now})
-         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
-                      where v.name = ledger.name and v.version = ledger.version)
-       order by wake_at
-       limit ${limit}
-       for update skip locked
-    ), taken as (
-      select scope, key, woken, row_number() over () as n
-        from (select scope, key, false as woken from expired
-              union all
-              select scope, key, true from due
-              limit ${limit}) t
-    )
     update stepkey.ledger l
        set status = 'in_progress',
-           lease_token = (${JSON.stringify(tokens)}::json ->> (t.n::int - 1))::uuid,
+           lease_token = (${tokens as string[]}::uuid[])[array_position(${all}::text[], l.key)],
            locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-           attempts = l.attempts + (not t.woken)::int,
+           attempts = l.attempts + (l.status = 'in_progress')::int,
            updated_at = ${now}
-      from taken t
-     where l.scope = t.scope and l.key = t.key
-    returning l.scope, l.key, l.lease_token::text as token, l.attempts, t.woken,
+     where l.scope = ${scope} and l.key = any(${all}::text[])
+       and (l.deadline_at is null or l.deadline_at > ${now})
+       and (l.name || chr(31) || l.version::text) = any(${versionTags(versions)}::text[])
+       and ((l.key = any(${keys.expired}::text[]) and l.kind = 'run' and l.status = 'in_progress' and l.locked_until <= ${now})
+         or (l.key = any(${keys.due}::text[]) and l.status = 'waiting' and l.wake_at <= ${now} and not ${queuedWithoutSlot(q, 'l')}))
+    returning l.scope, l.key, l.lease_token::text as token, l.attempts, l.key = any(${keys.due}::text[]) as woken,
               (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and e.holding) as queue`;
 }
 
 /**
  * Runs that have not ended and whose deadline has passed: waiting, failed, or
- * in progress with a lease that ran out (a live process ends its own). Locked
- * (SKIP LOCKED) only while this statement runs: each is then ended by its own
+ * in progress with a lease that ran out (a live process ends its own). Read
+ * without a lock (a read across scopes): each is then ended by its own
  * transaction, which decides again under its lock (tree.ts).
  */
 export async function runsPastDeadline(q: Queryable, clock: Clock, limit: number): Promise<KeyRef[]> {
@@ -106,6 +146,5 @@ export async function runsPastDeadline(q: Queryable, clock: Clock, limit: number
      where deadline_at <= ${now} and status in ('in_progress', 'waiting', 'failed')
        and (status <> 'in_progress' or locked_until <= ${now})
      order by deadline_at
-     limit ${limit}
-       for update skip locked`;
+     limit ${limit}`;
 }

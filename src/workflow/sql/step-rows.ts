@@ -88,7 +88,9 @@ export function insertStepRowsStatement(
   if (ends.length) {
     b.sql`, ended as (
       update stepkey.step_attempts a
-         set ended_at = a.started_at + e."durationMs" * interval '1 millisecond', outcome = e.outcome, error = e.error
+         -- In UTC: timestamp + interval is immutable, timestamptz + interval is not (Citus refuses a
+         -- non-immutable call on a column in an UPDATE's SET).
+         set ended_at = ((a.started_at at time zone 'UTC') + e."durationMs" * interval '1 millisecond') at time zone 'UTC', outcome = e.outcome, error = e.error
         from fence, json_to_recordset(${JSON.stringify(ends)}::json)
              as e(step text, attempt int, outcome text, error text, "durationMs" float8)
        where fence.held and a.scope = ${run.scope} and a.run_key = ${run.key} and a.step = e.step
