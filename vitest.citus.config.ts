@@ -18,6 +18,10 @@ export const citusFiles = [
   // a cancel of a tree; the purge of expired keys
   'test/integration/cancel-tree.test.ts',
   'test/integration/key-lifetime.test.ts',
+  'test/integration/ledger-expiry.test.ts',
+  // an effect delivered once; a takeover after SIGKILL
+  'test/integration/outbox.test.ts',
+  'test/e2e/engine-crash.test.ts',
 ];
 
 export default defineConfig({

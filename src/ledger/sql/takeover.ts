@@ -72,13 +72,17 @@ export async function takeoverRow(
 export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string, key: string): Promise<boolean> {
   const now = sqlNow(q, clock);
   const [row] = await q<{ forgotten: number; keys: string[] }[]>`
-    with root as (
+    with lock as materialized (
+      -- The key's advisory lock, taken first and on its own (on Citus: on the coordinator, like a
+      -- takeover's; nested in the DELETE it would be planned as a subplan of a subplan).
+      select pg_try_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0)) as held
+    ), root as (
       delete from stepkey.ledger
        where scope = ${scope} and key = ${key} and expires_at <= ${now}
          -- as the purge: a child run whose parent is unfinished is kept (the parent reads it)
          and not exists (select 1 from stepkey.ledger p
                           where p.scope = ${scope} and p.key = ledger.parent_run and p.status in ('in_progress', 'waiting', 'failed'))
-         and (select pg_try_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0)))
+         and (select held from lock)
       returning scope, key
     ), ended_children as (
       select c.scope, c.key
