@@ -7,22 +7,19 @@ export const citusFiles = [
   // claim, replay, mismatch, duplicate; a transaction step's rows and its key together
   'test/integration/ledger-claim.test.ts',
   'test/integration/ledger-once.test.ts',
-  // runs: start, replay, a sleep's wake, an event sent, a child
+  // runs: start, replay, mismatch; an event sent; a child; a cancel of a tree
   'test/integration/engine-basics.test.ts',
-  'test/integration/waits-timers.test.ts',
   'test/integration/waits-events.test.ts',
   'test/integration/waits-children.test.ts',
-  // a queue's dispatch, a limit
-  'test/integration/flow-queues.test.ts',
-  'test/integration/flow-limits.test.ts',
-  // a cancel of a tree; the purge of expired keys
   'test/integration/cancel-tree.test.ts',
-  'test/integration/key-lifetime.test.ts',
-  'test/integration/ledger-expiry.test.ts',
-  // an effect delivered once; a takeover after SIGKILL
+  // an effect enqueued with its step and delivered once
   'test/integration/outbox.test.ts',
+  // the purge of expired keys; a key reused after its retention
+  'test/integration/ledger-expiry.test.ts',
+  'test/integration/key-lifetime.test.ts',
+  // a takeover after SIGKILL
   'test/e2e/engine-crash.test.ts',
-];
+]
 
 export default defineConfig({
   ...base,

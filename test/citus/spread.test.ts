@@ -1,6 +1,6 @@
 /**
- * The Citus stage's last file: runs over twenty scopes on a database
- * distributed by scope, then every scoped table that holds them has rows on
+ * The Citus stage's last file: runs (two steps, a sleep, a step) over twenty
+ * scopes on a database distributed by scope, then every scoped table that holds them has rows on
  * both workers, and every scoped table is co-located with the ledger (a
  * scope's rows of every table on one node).
  */
@@ -19,10 +19,12 @@ const threeSteps = defineWorkflow({
   version: 1,
   input: z.object({ n: z.number().int() }),
   output: z.object({ total: z.number() }),
-  steps: { a: step('a.v1'), b: step('b.v1'), c: step('c.v1') },
+  steps: { a: step('a.v1'), b: step('b.v1'), rest: step('rest.v1'), c: step('c.v1') },
   async run({ input, steps }) {
     const a = await steps.a.tx(async () => input.n);
     const b = await steps.b.call(async () => a + 1);
+    // A sleep: the run parks (no lease) and is woken at its time, on its scope's node.
+    await steps.rest.sleep(200);
     const c = await steps.c.tx(async () => b + 1);
     return { total: c };
   },
@@ -59,7 +61,7 @@ describe('stepkey distributed by scope', () => {
     const [counts] = await db().sql<{ ledger: number; steps: number }[]>`
       select (select count(*)::int from stepkey.ledger where kind = 'run' and key like 'spread-%') as ledger,
              (select count(*)::int from stepkey.steps where run_key like 'spread-%') as steps`;
-    expect(counts).toEqual({ ledger: 100, steps: 300 });
+    expect(counts).toEqual({ ledger: 100, steps: 400 });
     const groups = await db().sql<{ colocationid: number }[]>`
       select distinct colocationid from pg_dist_partition where logicalrelid::regclass::text like 'stepkey.%'`;
     expect(groups).toHaveLength(1);
