@@ -38,11 +38,10 @@ export interface SweptRun {
  * during a deploy, a process of the old release leaves the new release's runs
  * to the processes that run them.
  *
- * Two steps, so that the cross-scope part only reads (on Citus it reads
+ * Two statements, so that the cross-scope part only reads (on Citus it reads
  * every shard; a locking read across shards is refused there): candidates are
- * found without a lock, then each scope's candidates are taken by one fenced
- * UPDATE that names the scope (one shard) and decides again under the row
- * lock. Guarantee: each run goes to exactly one sweeper — a second sweeper
+ * found without a lock, then taken by one fenced UPDATE that names each
+ * one's scope and key and decides again under the row lock. Guarantee: each run goes to exactly one sweeper — a second sweeper
  * that found the same run finds it no longer expired or due and takes
  * nothing — and the new token fences out the process that died (or stalled)
  * holding the old one. A woken run keeps its wait columns: the waiting step
@@ -58,20 +57,8 @@ export async function sweepExpiredRuns(
   const limit = tokens.length;
   if (limit === 0) return [];
   const found = await findSweepable(q, clock, limit, versions);
-  const byScope = new Map<string, { expired: string[]; due: string[] }>();
-  for (const row of found) {
-    const entry = byScope.get(row.scope) ?? { expired: [], due: [] };
-    (row.woken ? entry.due : entry.expired).push(row.key);
-    byScope.set(row.scope, entry);
-  }
-  const taken: SweptRun[] = [];
-  let next = 0;
-  for (const [scope, keys] of byScope) {
-    const mine = tokens.slice(next, next + keys.expired.length + keys.due.length);
-    next += mine.length;
-    taken.push(...(await takeSwept(q, clock, scope, keys, mine, leaseMs, versions)));
-  }
-  return taken;
+  if (found.length === 0) return [];
+  return takeSwept(q, clock, found, tokens, leaseMs, versions);
 }
 
 /** `name chr(31) version` of each registered workflow version: the form the sweep compares. */
@@ -104,31 +91,38 @@ function findSweepable(q: Queryable, clock: Clock, limit: number, versions: read
     limit ${limit}`;
 }
 
-/** Takes one scope's candidates if they are still expired or due: one shard, one statement. */
+/**
+ * Takes the candidates that are still expired or due, each by its (scope,
+ * key): on PostgreSQL one primary-key probe each, on Citus each shard's rows
+ * on that shard (one statement for the batch, whatever the number of scopes).
+ */
 function takeSwept(
   q: Queryable,
   clock: Clock,
-  scope: string,
-  keys: { expired: string[]; due: string[] },
+  found: readonly { scope: string; key: string; woken: boolean }[],
   tokens: readonly string[],
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
 ) {
   const now = sqlNow(q, clock);
-  const all = [...keys.expired, ...keys.due];
+  const tag = (row: { scope: string; key: string }) => `${row.scope}\u001f${row.key}`;
+  const tags = found.map(tag);
+  const due = found.filter((row) => row.woken).map(tag);
+  const mine = tokens.slice(0, found.length) as string[];
+  const lTag = q`(l.scope || chr(31) || l.key)`;
   return q<SweptRun[]>`
     update stepkey.ledger l
        set status = 'in_progress',
-           lease_token = (${tokens as string[]}::uuid[])[array_position(${all}::text[], l.key)],
+           lease_token = (${mine}::uuid[])[array_position(${tags}::text[], ${lTag})],
            locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
            attempts = l.attempts + (l.status = 'in_progress')::int,
            updated_at = ${now}
-     where l.scope = ${scope} and l.key = any(${all}::text[])
+     where (l.scope, l.key) in (select * from unnest(${found.map((row) => row.scope)}::text[], ${found.map((row) => row.key)}::text[]))
        and (l.deadline_at is null or l.deadline_at > ${now})
        and (l.name || chr(31) || l.version::text) = any(${versionTags(versions)}::text[])
-       and ((l.key = any(${keys.expired}::text[]) and l.kind = 'run' and l.status = 'in_progress' and l.locked_until <= ${now})
-         or (l.key = any(${keys.due}::text[]) and l.status = 'waiting' and l.wake_at <= ${now} and not ${queuedWithoutSlot(q, 'l')}))
-    returning l.scope, l.key, l.lease_token::text as token, l.attempts, l.key = any(${keys.due}::text[]) as woken,
+       and ((not ${lTag} = any(${due}::text[]) and l.kind = 'run' and l.status = 'in_progress' and l.locked_until <= ${now})
+         or (${lTag} = any(${due}::text[]) and l.status = 'waiting' and l.wake_at <= ${now} and not ${queuedWithoutSlot(q, 'l')}))
+    returning l.scope, l.key, l.lease_token::text as token, l.attempts, ${lTag} = any(${due}::text[]) as woken,
               (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and e.holding) as queue`;
 }
 
