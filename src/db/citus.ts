@@ -42,13 +42,18 @@ export class CitusMissingError extends Error {
   }
 }
 
-/** Distributes the scoped tables by scope (co-located with stepkey.ledger) and reports placements. */
-export async function distributeByScope(sql: postgres.Sql): Promise<TablePlacement[]> {
+/** Refuses a database without the citus extension or without a worker node (checked before migrating). */
+export async function assertCitus(sql: postgres.Sql): Promise<void> {
   const [ext] = await sql<{ version: string | null }[]>`
     select (select extversion from pg_extension where extname = 'citus') as version`;
   if (!ext?.version) throw new CitusMissingError('no citus extension');
   const [workers] = await sql<{ n: number }[]>`select count(*)::int as n from pg_dist_node where noderole = 'primary' and groupid <> 0`;
   if (!workers || workers.n === 0) throw new CitusMissingError('no worker node: citus_add_node');
+}
+
+/** Distributes the scoped tables by scope (co-located with stepkey.ledger) and reports placements. */
+export async function distributeByScope(sql: postgres.Sql): Promise<TablePlacement[]> {
+  await assertCitus(sql);
 
   const changed = new Set<string>();
   for (const table of SCOPED_TABLES) {

@@ -16,7 +16,7 @@ import { drizzle } from 'drizzle-orm/postgres-js';
 import { migrate as drizzleMigrate } from 'drizzle-orm/postgres-js/migrator';
 import { Logger, runMigrations } from 'graphile-worker';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { CitusMissingError, distributeByScope, type TablePlacement } from './citus.js';
+import { assertCitus, CitusMissingError, distributeByScope, type TablePlacement } from './citus.js';
 
 /** pg_advisory_lock key shared by every stepkey migrator ("stepkey" in ASCII). */
 export const MIGRATION_LOCK_KEY = 0x737465706b6579n;
@@ -50,6 +50,7 @@ export async function migrate(url: string, options: MigrateOptions = {}): Promis
     const lock = await sql.reserve();
     try {
       await lock`select pg_advisory_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
+      if (options.citus) await assertCitus(sql);
       await drizzleMigrate(drizzle({ client: sql }), {
         migrationsFolder,
         migrationsSchema: 'stepkey',
