@@ -20,7 +20,7 @@ export default defineConfig({
   environments: { ssr: { resolve: { conditions } }, __vitest__: { resolve: { conditions } } },
   test: {
     include: ['test/**/*.test.ts', 'src/**/*.test.ts'],
-    exclude: ['test/bench/**', 'node_modules/**'],
+    exclude: ['test/bench/**', 'test/citus/**', 'node_modules/**'],
     globalSetup: ['test/helpers/global-setup.ts'],
     pool: 'forks',
     maxWorkers: 4,

@@ -16,6 +16,7 @@ import { drizzle } from 'drizzle-orm/postgres-js';
 import { migrate as drizzleMigrate } from 'drizzle-orm/postgres-js/migrator';
 import { Logger, runMigrations } from 'graphile-worker';
 import { translateDatabaseError } from '../errors/pg-errors.js';
+import { assertCitus, CitusMissingError, distributeByScope, type TablePlacement } from './citus.js';
 
 /** pg_advisory_lock key shared by every stepkey migrator ("stepkey" in ASCII). */
 export const MIGRATION_LOCK_KEY = 0x737465706b6579n;
@@ -39,14 +40,17 @@ export interface MigrateOptions {
   graphileWorker?: boolean;
   /** The application's own drizzle migrations, applied after stepkey's under the same lock. */
   app?: AppMigrations[];
+  /** Then distribute stepkey's scoped tables by scope on Citus (db/citus.ts); needs the extension. */
+  citus?: boolean;
 }
 
-export async function migrate(url: string, options: MigrateOptions = {}): Promise<void> {
+export async function migrate(url: string, options: MigrateOptions = {}): Promise<TablePlacement[] | undefined> {
   const sql = postgres(url, { max: 2, onnotice: () => {}, connection: { application_name: 'stepkey-migrate' } });
   try {
     const lock = await sql.reserve();
     try {
       await lock`select pg_advisory_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
+      if (options.citus) await assertCitus(sql);
       await drizzleMigrate(drizzle({ client: sql }), {
         migrationsFolder,
         migrationsSchema: 'stepkey',
@@ -62,11 +66,13 @@ export async function migrate(url: string, options: MigrateOptions = {}): Promis
           migrationsTable: app.table ?? DRIZZLE_JOURNAL.table,
         });
       }
+      return options.citus ? await distributeByScope(sql) : undefined;
     } finally {
       await lock`select pg_advisory_unlock(${MIGRATION_LOCK_KEY.toString()}::bigint)`.catch(() => {});
       lock.release();
     }
   } catch (error) {
+    if (error instanceof CitusMissingError) throw error;
     throw translateDatabaseError(error, 'migrating');
   } finally {
     await sql.end({ timeout: 5 });

@@ -90,7 +90,27 @@ export function isConstraintViolation(error: unknown): boolean {
 
 export function isConnectionError(error: unknown): boolean {
   const code = errorCode(error);
-  return code !== undefined && (connectionCodes.has(code) || unavailableStates.has(code));
+  if (code !== undefined && (connectionCodes.has(code) || unavailableStates.has(code))) return true;
+  return code === 'XX000' && citusNodeLost.test(errorMessage(error));
+}
+
+/**
+ * Citus (the coordinator of a distributed stepkey) reports a worker it cannot
+ * reach as 08006, but a connection lost in the middle of a distributed
+ * transaction in some paths as an internal error (XX000) naming the remote
+ * node: the database is unavailable, not the statement wrong.
+ */
+const citusNodeLost =
+  /remote node .* (failed|lost)|connection to the remote node|connection not open|failure on connection marked as essential|could not establish any connections to the node/i;
+
+function errorMessage(error: unknown): string {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && current && typeof current === 'object'; depth += 1) {
+    const message = (current as { message?: unknown }).message;
+    if (typeof message === 'string' && (current as { code?: unknown }).code === 'XX000') return message;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return '';
 }
 
 /**

@@ -36,14 +36,16 @@ export async function expireRunLease(q: Queryable, clock: Clock, lease: Lease): 
 }
 
 /**
- * Extends a lease measured from the wall clock (clock_timestamp(), not the
- * transaction's start): for a transaction that has been open a while, such as
- * a run's first step carrying the run's start.
+ * Extends a lease measured from the wall clock (statement_timestamp(): this
+ * statement's start, not the transaction's): for a transaction that has been
+ * open a while, such as a run's first step carrying the run's start. Stable,
+ * not volatile, so that Citus evaluates it once and sends the update to the
+ * scope's node.
  */
 export function refreshRunLeaseStatement(q: Queryable, clock: Clock, lease: Lease, leaseMs: number) {
   return q`
     update stepkey.ledger
-       set locked_until = clock_timestamp() + ${clock.offsetMs + leaseMs}::float8 * interval '1 millisecond'
+       set locked_until = statement_timestamp() + ${clock.offsetMs + leaseMs}::float8 * interval '1 millisecond'
      where scope = ${lease.scope} and key = ${lease.key}
        and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
 }

@@ -31,16 +31,21 @@ export interface SweptRun {
 /**
  * The sweeper's takeover: runs whose lease expired, and parked runs that are
  * due, get a new lease token (one of `tokens`, minted by the caller: nothing
- * volatile in the UPDATE) and belong to this process. Guarantee: each goes to
- * exactly one sweeper — rows another sweeper is taking are skipped (SKIP
- * LOCKED), and the new token fences out the process that died (or stalled)
+ * volatile in the UPDATE) and belong to this process. Failed runs are not
+ * touched: they resume when their caller retries. A run on a queue that has
+ * no slot is left to the queue's dispatch, and a run past its deadline to the
+ * deadline sweep. Only runs of a workflow version in `versions` are taken:
+ * during a deploy, a process of the old release leaves the new release's runs
+ * to the processes that run them.
+ *
+ * Two statements, so that the cross-scope part only reads (on Citus it reads
+ * every shard; a locking read across shards is refused there): candidates are
+ * found without a lock, then taken by one fenced UPDATE that names each
+ * one's scope and key and decides again under the row lock. Guarantee: each run goes to exactly one sweeper — a second sweeper
+ * that found the same run finds it no longer expired or due and takes
+ * nothing — and the new token fences out the process that died (or stalled)
  * holding the old one. A woken run keeps its wait columns: the waiting step
- * reads them when the run reaches it again. Failed runs are not touched: they
- * resume when their caller retries. A run on a queue that has no slot is left
- * to the queue's dispatch, and a run past its deadline to the deadline sweep.
- * Only runs of a workflow version in `versions` are taken: during a deploy, a
- * process of the old release leaves the new release's runs to the processes
- * that run them.
+ * reads them when the run reaches it again.
  */
 export async function sweepExpiredRuns(
   q: Queryable,
@@ -48,54 +53,83 @@ export async function sweepExpiredRuns(
   tokens: readonly string[],
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
+): Promise<SweptRun[]> {
+  const limit = tokens.length;
+  if (limit === 0) return [];
+  const found = await findSweepable(q, clock, limit, versions);
+  if (found.length === 0) return [];
+  return takeSwept(q, clock, found, tokens, leaseMs, versions);
+}
+
+/** `name chr(31) version` of each registered workflow version: the form the sweep compares. */
+function versionTags(versions: readonly { name: string; version: number }[]): string[] {
+  return versions.map((v) => `${v.name}\u001f${v.version}`);
+}
+
+/** Up to `limit` expired and due runs, across scopes, read without a lock. */
+function findSweepable(q: Queryable, clock: Clock, limit: number, versions: readonly { name: string; version: number }[]) {
+  const now = sqlNow(q, clock);
+  const tags = versionTags(versions);
+  return q<{ scope: string; key: string; woken: boolean }[]>`
+    select scope, key, woken from (
+      (select scope, key, false as woken
+         from stepkey.ledger
+        where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
+          and (deadline_at is null or deadline_at > ${now})
+          and (name || chr(31) || version::text) = any(${tags}::text[])
+        order by locked_until
+        limit ${limit})
+      union all
+      (select scope, key, true as woken
+         from stepkey.ledger
+        where status = 'waiting' and wake_at <= ${now} and not ${queuedWithoutSlot(q, 'ledger')}
+          and (deadline_at is null or deadline_at > ${now})
+          and (name || chr(31) || version::text) = any(${tags}::text[])
+        order by wake_at
+        limit ${limit})
+    ) found
+    limit ${limit}`;
+}
+
+/**
+ * Takes the candidates that are still expired or due, each by its (scope,
+ * key): on PostgreSQL one primary-key probe each, on Citus each shard's rows
+ * on that shard (one statement for the batch, whatever the number of scopes).
+ */
+function takeSwept(
+  q: Queryable,
+  clock: Clock,
+  found: readonly { scope: string; key: string; woken: boolean }[],
+  tokens: readonly string[],
+  leaseMs: number,
+  versions: readonly { name: string; version: number }[],
 ) {
   const now = sqlNow(q, clock);
-  const registered = JSON.stringify(versions);
-  const limit = tokens.length;
+  const tag = (row: { scope: string; key: string }) => `${row.scope}\u001f${row.key}`;
+  const tags = found.map(tag);
+  const due = found.filter((row) => row.woken).map(tag);
+  const mine = tokens.slice(0, found.length) as string[];
+  const lTag = q`(l.scope || chr(31) || l.key)`;
   return q<SweptRun[]>`
-    with expired as (
-      select scope, key
-        from stepkey.ledger
-       where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
-         and (deadline_at is null or deadline_at > ${now})
-         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
-                      where v.name = ledger.name and v.version = ledger.version)
-       order by locked_until
-       limit ${limit}
-       for update skip locked
-    ), due as (
-      select scope, key
-        from stepkey.ledger
-       where status = 'waiting' and wake_at <= ${now} and not ${queuedWithoutSlot(q, 'ledger')}
-         and (deadline_at is null or deadline_at > ${now})
-         and exists (select 1 from json_to_recordset(${registered}::json) as v(name text, version int)
-                      where v.name = ledger.name and v.version = ledger.version)
-       order by wake_at
-       limit ${limit}
-       for update skip locked
-    ), taken as (
-      select scope, key, woken, row_number() over () as n
-        from (select scope, key, false as woken from expired
-              union all
-              select scope, key, true from due
-              limit ${limit}) t
-    )
     update stepkey.ledger l
        set status = 'in_progress',
-           lease_token = (${JSON.stringify(tokens)}::json ->> (t.n::int - 1))::uuid,
+           lease_token = (${mine}::uuid[])[array_position(${tags}::text[], ${lTag})],
            locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-           attempts = l.attempts + (not t.woken)::int,
+           attempts = l.attempts + (l.status = 'in_progress')::int,
            updated_at = ${now}
-      from taken t
-     where l.scope = t.scope and l.key = t.key
-    returning l.scope, l.key, l.lease_token::text as token, l.attempts, t.woken,
+     where (l.scope, l.key) in (select * from unnest(${found.map((row) => row.scope)}::text[], ${found.map((row) => row.key)}::text[]))
+       and (l.deadline_at is null or l.deadline_at > ${now})
+       and (l.name || chr(31) || l.version::text) = any(${versionTags(versions)}::text[])
+       and ((not ${lTag} = any(${due}::text[]) and l.kind = 'run' and l.status = 'in_progress' and l.locked_until <= ${now})
+         or (${lTag} = any(${due}::text[]) and l.status = 'waiting' and l.wake_at <= ${now} and not ${queuedWithoutSlot(q, 'l')}))
+    returning l.scope, l.key, l.lease_token::text as token, l.attempts, ${lTag} = any(${due}::text[]) as woken,
               (select e.queue from stepkey.queue_entries e where e.scope = l.scope and e.key = l.key and e.holding) as queue`;
 }
 
 /**
  * Runs that have not ended and whose deadline has passed: waiting, failed, or
- * in progress with a lease that ran out (a live process ends its own). Locked
- * (SKIP LOCKED) only while this statement runs: each is then ended by its own
+ * in progress with a lease that ran out (a live process ends its own). Read
+ * without a lock (a read across scopes): each is then ended by its own
  * transaction, which decides again under its lock (tree.ts).
  */
 export async function runsPastDeadline(q: Queryable, clock: Clock, limit: number): Promise<KeyRef[]> {
@@ -106,6 +140,5 @@ export async function runsPastDeadline(q: Queryable, clock: Clock, limit: number
      where deadline_at <= ${now} and status in ('in_progress', 'waiting', 'failed')
        and (status <> 'in_progress' or locked_until <= ${now})
      order by deadline_at
-     limit ${limit}
-       for update skip locked`;
+     limit ${limit}`;
 }

@@ -2,7 +2,8 @@
  * `npm run bench [name …]`: runs the benchmarks and prints their tables.
  * BENCH_OPS and BENCH_RUNS scale them (defaults 2000 ops, 3 runs). `workflow-cost`
  * prints the workflow benchmark's per-operation table alone; `cli` what each
- * command of the built CLI costs (BENCH_CLI_REPS repetitions, default 7).
+ * command of the built CLI costs (BENCH_CLI_REPS repetitions, default 7); `citus` a 3-step
+ * run on plain PostgreSQL beside a Citus cluster's (BENCH_CITUS_URL, BENCH_CITUS_WORKERS).
  */
 import { ledgerBench } from './ledger.bench.js';
 import { workflowBench, workflowCostBench } from './workflow.bench.js';
@@ -15,6 +16,7 @@ import { waitsBench } from './waits.bench.js';
 import { flowBench } from './flow.bench.js';
 import { limitsBench } from './limits.bench.js';
 import { cliBench } from './cli.bench.js';
+import { citusBench } from './citus.bench.js';
 
 const benches: Record<string, (options: { ops: number; runs: number }) => Promise<void>> = {
   ledger: ledgerBench,
@@ -29,6 +31,7 @@ const benches: Record<string, (options: { ops: number; runs: number }) => Promis
   flow: flowBench,
   limits: limitsBench,
   cli: cliBench,
+  citus: citusBench,
 };
 
 const wanted = process.argv.slice(2);

@@ -9,6 +9,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { connect, type Database } from '../../src/db/connect.js';
 import { withDatabase } from './urls.js';
+import { createCitusDatabase, dropCitusDatabase } from '../citus/database.js';
 import { LONG_LEASE_MS } from './patience.js';
 
 export interface TestDatabase extends Database {
@@ -18,6 +19,11 @@ export interface TestDatabase extends Database {
 export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
   const adminUrl = inject('adminUrl');
   const name = `stepkey_t_${inject('runId')}_${randomBytes(4).toString('hex')}`;
+  const citusWorkers = inject('citusWorkers');
+  if (citusWorkers?.length) {
+    const nodes = { coordinatorUrl: adminUrl, workers: citusWorkers };
+    return { name, url: await createCitusDatabase(nodes, name), drop: () => dropCitusDatabase(nodes, name) };
+  }
   const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
   try {
     await admin.unsafe(`create database ${name} template ${inject('templateDatabase')}`);

@@ -21,6 +21,8 @@ declare module 'vitest' {
     adminUrl: string;
     templateDatabase: string;
     runId: string;
+    /** Set by the Citus stage (test/citus/global-setup.ts): each file's database spans these workers. */
+    citusWorkers?: string[];
   }
 }
 

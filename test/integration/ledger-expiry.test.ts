@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { Ledger } from '../../src/ledger/ledger.js';
@@ -125,7 +126,7 @@ describe('expiry and purge', () => {
         if (!waited) await sleep(10);
       }
       expect(waited ? 'waited for the child' : (await claim).state).toBe('owned');
-      await resuming`update stepkey.ledger set status = 'in_progress', lease_token = gen_random_uuid(), locked_until = now() + interval '1 minute',
+      await resuming`update stepkey.ledger set status = 'in_progress', lease_token = ${randomUUID()}::uuid, locked_until = now() + interval '1 minute',
                        expires_at = null where scope = 'acme' and key = ${child}`;
       await resuming`commit`;
     } finally {

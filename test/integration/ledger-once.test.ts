@@ -172,7 +172,7 @@ describe('once', () => {
         await sql`insert into test_orders (order_key, amount) values (${key}, 100)`;
         const [{ pid }] = (await sql`select pg_backend_pid() as pid`) as unknown as [{ pid: number }];
         const killer = postgres(db().url, { max: 1, onnotice: () => {} });
-        await killer`select pg_terminate_backend(${pid})`;
+        await killer`select pg_terminate_backend(${pid}::int)`;
         await killer.end();
         await sql`select 1`;
         return 'unreachable';

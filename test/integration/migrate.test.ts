@@ -117,4 +117,18 @@ describe('migrate', () => {
     expect(cli.code).toBe(1);
     expect(cli.stderr).toMatch(/no stepkey tables .* run `stepkey migrate`/);
   });
+
+  it('migrate --citus refuses a database without the citus extension before applying anything', async () => {
+    const url = await freshDatabase('nocitus');
+    const cli = await runCli(['migrate', '--citus'], { databaseUrl: url });
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toMatch(/needs the citus extension in this database.*CREATE EXTENSION citus/);
+    const sql = postgres(url, { max: 1, onnotice: () => {} });
+    try {
+      const [row] = await sql<{ n: number }[]>`select count(*)::int as n from information_schema.tables where table_schema = 'stepkey'`;
+      expect(row!.n).toBe(0);
+    } finally {
+      await sql.end();
+    }
+  });
 });

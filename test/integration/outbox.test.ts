@@ -98,7 +98,11 @@ describe('enqueue', () => {
     );
     const [job] = await db().sql`select xmin::text from graphile_worker._private_jobs where key = ${childKey(root, 'notify.v1')}`;
     expect(notify).toBe(write);
-    expect(job!.xmin).toBe(write);
+    // On Citus the job (on the coordinator) and the steps (on the scope's worker) are one
+    // distributed transaction, but transaction ids are each node's own: compared on one node only.
+    const [citus] = await db().sql<{ on: boolean }[]>`select exists (select 1 from pg_extension where extname = 'citus') as on`;
+    if (!citus!.on) expect(job!.xmin).toBe(write);
+    else expect(job).toBeDefined();
     await engine.shutdown();
   });
 

@@ -8,6 +8,6 @@ export const exampleMigrations = {
   table: '__migrations',
 };
 
-export function migrateExample(url: string): Promise<void> {
-  return migrate(url, { app: [exampleMigrations] });
+export async function migrateExample(url: string): Promise<void> {
+  await migrate(url, { app: [exampleMigrations] });
 }

@@ -61,8 +61,7 @@ export function completeUpdate(
              locked_until = null,
              completed_at = ${now},
              updated_at = ${now},
-             expires_at = case when parent_key is null
-                               then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end
+             expires_at = ${now} + (case when parent_key is null then ${retentionMs}::float8 end) * interval '1 millisecond'
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
       returning 1`;
@@ -136,6 +135,6 @@ export function insertCompletedStatement(
       (${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null}, ${parentKey},
        ${request.fingerprint}, 'completed', ${outcome.body}, ${outcome.ok}, ${outcome.code ?? null}::int,
        1, ${now}, ${now}, ${now}, ${request.rootKey ?? null}::text,
-       case when ${parentKey}::text is null then ${now} + ${retentionMs}::float8 * interval '1 millisecond' end)
+       ${parentKey === null ? q`${now} + ${retentionMs}::float8 * interval '1 millisecond'` : q`null::timestamptz`})
     ${onConflict}`;
 }

@@ -66,39 +66,44 @@ export async function takeoverRow(
  * the statement's own mailbox delete misses it. The mailbox is therefore
  * emptied again by a second statement (forgetMailStatement), whose snapshot
  * is taken after the row is gone: no message of the forgotten run is left
- * for a new run under the same key.
+ * for a new run under the same key. Every part names the scope, so that the
+ * statement runs on the scope's one node (Citus).
  */
 export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string, key: string): Promise<boolean> {
   const now = sqlNow(q, clock);
   const [row] = await q<{ forgotten: number; keys: string[] }[]>`
-    with root as (
+    with lock as materialized (
+      -- The key's advisory lock, taken first and on its own (on Citus: on the coordinator, like a
+      -- takeover's; nested in the DELETE it would be planned as a subplan of a subplan).
+      select pg_try_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0)) as held
+    ), root as (
       delete from stepkey.ledger
        where scope = ${scope} and key = ${key} and expires_at <= ${now}
          -- as the purge: a child run whose parent is unfinished is kept (the parent reads it)
          and not exists (select 1 from stepkey.ledger p
                           where p.scope = ${scope} and p.key = ledger.parent_run and p.status in ('in_progress', 'waiting', 'failed'))
-         and (select pg_try_advisory_xact_lock(hashtextextended(${scope} || chr(31) || ${key}, 0)))
+         and (select held from lock)
       returning scope, key
     ), ended_children as (
       select c.scope, c.key
-        from stepkey.ledger c join root r on c.scope = r.scope and c.parent_run = r.key
+        from stepkey.ledger c join root r on c.scope = ${scope} and c.scope = r.scope and c.parent_run = r.key
        where c.status in ('completed', 'cancelled', 'deadline_exceeded', 'failed')
          -- as the purge: a child being resumed right now is skipped, kept with its steps
          for update of c skip locked
     ), gone as (
       select scope, key from root union all select scope, key from ended_children
     ), steps as (
-      delete from stepkey.steps s using gone g where s.scope = g.scope and s.run_key = g.key returning 1
+      delete from stepkey.steps s using gone g where s.scope = ${scope} and s.scope = g.scope and s.run_key = g.key returning 1
     ), keyed as (
-      delete from stepkey.ledger k using gone g where k.scope = g.scope and k.parent_key = g.key returning 1
+      delete from stepkey.ledger k using gone g where k.scope = ${scope} and k.scope = g.scope and k.parent_key = g.key returning 1
     ), mail as (
-      delete from stepkey.mailbox m using gone g where m.scope = g.scope and m.run_key = g.key returning 1
+      delete from stepkey.mailbox m using gone g where m.scope = ${scope} and m.scope = g.scope and m.run_key = g.key returning 1
     ), attempts as (
-      delete from stepkey.step_attempts a using gone g where a.scope = g.scope and a.run_key = g.key returning 1
+      delete from stepkey.step_attempts a using gone g where a.scope = ${scope} and a.scope = g.scope and a.run_key = g.key returning 1
     ), entries as (
-      delete from stepkey.queue_entries q using gone g where q.scope = g.scope and q.key = g.key returning 1
+      delete from stepkey.queue_entries q using gone g where q.scope = ${scope} and q.scope = g.scope and q.key = g.key returning 1
     ), children as (
-      delete from stepkey.ledger c using ended_children e where c.scope = e.scope and c.key = e.key returning 1
+      delete from stepkey.ledger c using ended_children e where c.scope = ${scope} and c.scope = e.scope and c.key = e.key returning 1
     )
     select (select count(*) from root)::int as forgotten, coalesce((select array_agg(key) from gone), '{}'::text[]) as keys`;
   if (!row || row.forgotten === 0) return false;

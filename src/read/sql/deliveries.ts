@@ -19,6 +19,7 @@ import type { KeyRef } from '../../ledger/types.js';
 import { auditColumns, type AuditEntry } from './audit.js';
 import { graphileInstalled, jobColumns } from './jobs.js';
 import { distinctScopes, distinctValues } from './keys-across-scopes.js';
+import { errorCode } from '../../errors/pg-errors.js';
 
 export interface JobInfo {
   id: string;
@@ -54,16 +55,15 @@ export async function whereKeysWent(q: Queryable, keys: readonly string[], roots
         cross join lateral (select ${jobColumns} from graphile_worker.jobs j where j.key = w.key limit 1) found
         order by found.id::bigint`
     : 'select 1 where false';
-  const [row] = await q.unsafe<WhereKeysWent[]>(
-    `with recursive ${distinctScopes},
+  const statement = (perScope: boolean) => `with recursive ${perScope ? `${distinctScopes},` : ''}
      ${distinctValues('consumers', 'stepkey.inbox', 'consumer')},
      wanted as (select value as key from json_array_elements_text($1::json)),
      roots as (select * from json_to_recordset($2::json) as r(scope text, key text))
      select
-       (select coalesce(json_agg(found order by found.scope, found.key), '[]')
+       ${perScope ? `(select coalesce(json_agg(found order by found.scope, found.key), '[]')
           from scopes s cross join wanted w
          cross join lateral (select ${ledgerColumns} from stepkey.key_rows where scope = s.scope and key = w.key limit 1) found
-         where s.scope is not null) as rows,
+         where s.scope is not null)` : `'[]'::json`} as rows,
        (select coalesce(json_agg(j), '[]') from (${jobs}) j) as jobs,
        (select coalesce(json_agg(found order by found."processedAt"), '[]')
           from consumers c cross join wanted w
@@ -72,11 +72,32 @@ export async function whereKeysWent(q: Queryable, keys: readonly string[], roots
                   (extract(epoch from expires_at) * 1000)::float8 as "expiresAt"
              from stepkey.inbox where consumer = c.consumer and message_key = w.key limit 1) found
          where c.consumer is not null) as inbox,
-       (select coalesce(json_agg(a order by a.id desc), '[]')
+       ${perScope ? `(select coalesce(json_agg(a order by a.id desc), '[]')
           from roots r cross join lateral (
-            select ${auditColumns} from stepkey.audit_log where scope = r.scope and key = r.key order by id desc limit 50) a) as audit,
-       (extract(epoch from now()) * 1000)::float8 as "nowMs"`,
-    [JSON.stringify(keys), JSON.stringify(roots)] as never[],
+            select ${auditColumns} from stepkey.audit_log where scope = r.scope and key = r.key order by id desc limit 50) a)` : `'[]'::json`} as audit,
+       (extract(epoch from now()) * 1000)::float8 as "nowMs"`;
+  const params = [JSON.stringify(keys), JSON.stringify(roots)] as never[];
+  try {
+    const [row] = await q.unsafe<WhereKeysWent[]>(statement(true), params);
+    return row!;
+  } catch (error) {
+    // Citus (0A000): no recursive CTE over a distributed table without its scope. The ledger's rows
+    // are then asked of every shard by key, and each root's audit of its scope's node.
+    if (errorCode(error) !== '0A000') throw error;
+  }
+  const [row] = await q.unsafe<WhereKeysWent[]>(statement(false), params);
+  const rows = await q.unsafe<LedgerRow[]>(
+    `select ${ledgerColumns} from stepkey.key_rows where key in (select json_array_elements_text($1::json)) order by scope, key`,
+    [JSON.stringify(keys)] as never[],
   );
-  return row!;
+  const audit: AuditEntry[] = [];
+  for (const root of roots) {
+    audit.push(
+      ...(await q.unsafe<AuditEntry[]>(
+        `select ${auditColumns} from stepkey.audit_log where scope = $1 and key = $2 order by id desc limit 50`,
+        [root.scope, root.key] as never[],
+      )),
+    );
+  }
+  return { ...row!, rows, audit: audit.sort((a, b) => b.id - a.id) };
 }

@@ -5,10 +5,11 @@
  * found through ledger_children_idx and steps_run_idx). A
  * run's row carries its input and its status (run-status.ts).
  *
- * Without a scope, the scopes come from a loose index scan of the primary
- * key (keys-across-scopes.ts): one probe per scope, never a table scan. The
- * probes are LATERAL subqueries the planner cannot flatten (LIMIT, OFFSET
- * 0): flattened, it may prefer to hash-join a scan of the ledger.
+ * Without a scope, the scopes that hold the key come from a loose index scan
+ * of the primary key (keys-across-scopes.ts): one probe per scope, never a
+ * table scan; then each scope's tree is read by a statement of its own. The
+ * child probe is a LATERAL subquery the planner cannot flatten (OFFSET 0):
+ * flattened, it may prefer to hash-join a scan of the ledger.
  */
 import type { Queryable } from '../../db/connect.js';
 import { systemClock, type Clock } from '../../db/clock.js';
@@ -16,6 +17,7 @@ import { ledgerColumns, type LedgerRow } from '../../ledger/sql/read.js';
 import { statusCaseSql, type RunStatusName } from '../run-status.js';
 import { distinctScopes } from './keys-across-scopes.js';
 import { SqlText } from './sql-text.js';
+import { errorCode } from '../../errors/pg-errors.js';
 
 export interface TreeRow {
   /** The matched key this row belongs to. */
@@ -31,24 +33,50 @@ export interface TreeRow {
 type Flat = LedgerRow & { matchScope: string; matchKey: string; depth: 0 | 1; runStatus: RunStatusName | null; input: string | null };
 
 export async function readTreeRows(q: Queryable, query: { key: string; scope?: string | undefined }, clock: Clock = systemClock): Promise<TreeRow[]> {
+  if (query.scope !== undefined) return readScopeTree(q, query.scope, query.key, clock);
+  // Without a scope the read is done per scope (on Citus each then runs on its scope's node).
+  const rows: TreeRow[] = [];
+  for (const scope of await scopesHolding(q, query.key)) rows.push(...(await readScopeTree(q, scope, query.key, clock)));
+  return rows;
+}
+
+/**
+ * The scopes whose ledger holds `key`, in order: a loose index scan of the
+ * primary key (one probe per scope). Citus refuses a recursive CTE without
+ * a filter on the distribution column (0A000): there each shard is asked.
+ */
+async function scopesHolding(q: Queryable, key: string): Promise<string[]> {
+  try {
+    const rows = await q.unsafe<{ scope: string }[]>(
+      `with recursive ${distinctScopes}
+       select s.scope from scopes s
+        where s.scope is not null and exists (select 1 from stepkey.key_rows l where l.scope = s.scope and l.key = $1)
+        order by s.scope`,
+      [key],
+    );
+    return rows.map((row) => row.scope);
+  } catch (error) {
+    if (errorCode(error) !== '0A000') throw error;
+    const rows = await q<{ scope: string }[]>`select distinct scope from stepkey.key_rows where key = ${key} order by scope`;
+    return rows.map((row) => row.scope);
+  }
+}
+
+/** One scope's tree of `key`: a statement that names the scope in each part. */
+async function readScopeTree(q: Queryable, scope: string, key: string, clock: Clock): Promise<TreeRow[]> {
   const text = new SqlText(clock);
-  const key = text.param(query.key);
-  const found =
-    query.scope !== undefined
-      ? `found as (select ${text.param(query.scope)}::text as scope, ${key}::text as key)`
-      : `found as (select s.scope, ${key}::text as key from scopes s where s.scope is not null)`;
+  const scopeParam = text.param(scope);
+  const keyParam = text.param(key);
   const rows = await q.unsafe<Flat[]>(
-    `with recursive ${distinctScopes}, ${found},
-     matched as (
-       select l.* from found f
-        cross join lateral (select * from stepkey.key_rows l where l.scope = f.scope and l.key = f.key limit 1) l
+    `with matched as (
+       select l.* from stepkey.key_rows l where l.scope = ${scopeParam}::text and l.key = ${keyParam}::text limit 1
      ),
      tree as (
        select m.scope as match_scope, m.key as match_key, 0 as depth, m.* from matched m
        union all
        select m.scope, m.key, 1, c.*
          from matched m
-        cross join lateral (select * from stepkey.key_rows c where c.scope = m.scope and c.parent_key = m.key offset 0) c
+        cross join lateral (select * from stepkey.key_rows c where c.scope = ${scopeParam}::text and c.scope = m.scope and c.parent_key = m.key offset 0) c
      )
      select match_scope as "matchScope", match_key as "matchKey", depth, ${ledgerColumns},
             case when l.kind = 'run' then l.input end as input,

@@ -34,7 +34,7 @@ export interface ChildClaim {
 }
 
 /**
- * The child's lease runs from the wall clock (clock_timestamp()), not from the
+ * The child's lease runs from the wall clock (statement_timestamp()), not from the
  * transaction's start: the parent's step may commit in a transaction that has
  * been open longer than a lease (a tx step before it), and a lease counted
  * from its start would have run out before the child's row is seen.
@@ -53,7 +53,7 @@ export function insertChildStatement(q: Queryable, clock: Clock, child: ChildCla
        created_at, updated_at, version, input, root_key, parent_run, trace_context, deadline_at)
     values
       (${child.scope}, ${child.key}, 'run', ${child.workflow}, ${child.fingerprint}, 'in_progress',
-       ${child.token}::uuid, clock_timestamp() + ${clock.offsetMs + child.leaseMs}::float8 * interval '1 millisecond', 1,
+       ${child.token}::uuid, statement_timestamp() + ${clock.offsetMs + child.leaseMs}::float8 * interval '1 millisecond', 1,
        ${now}, ${now}, ${child.version}::int, ${child.input}, ${child.rootKey}, ${child.parentRun}, ${child.traceContext}::text, ${deadlineAt})`;
 }
 

@@ -1,0 +1,34 @@
+import { defineConfig } from 'vitest/config';
+import base from './vitest.config.js';
+
+// The Citus stage (.ci/run): the files below, each on a database of its own distributed by scope over a
+// 3-node cluster (test/citus/), at most two at once. STEPKEY_CITUS_URL and STEPKEY_CITUS_WORKERS name it.
+export const citusFiles = [
+  // claim, replay, mismatch, duplicate; a transaction step's rows and its key together
+  'test/integration/ledger-claim.test.ts',
+  'test/integration/ledger-once.test.ts',
+  // runs: start, replay, mismatch; an event sent; a child; a cancel of a tree
+  'test/integration/engine-basics.test.ts',
+  'test/integration/waits-events.test.ts',
+  'test/integration/waits-children.test.ts',
+  'test/integration/cancel-tree.test.ts',
+  // an effect enqueued with its step and delivered once
+  'test/integration/outbox.test.ts',
+  // the purge of expired keys; a key reused after its retention
+  'test/integration/ledger-expiry.test.ts',
+  'test/integration/key-lifetime.test.ts',
+  // a takeover after SIGKILL
+  'test/e2e/engine-crash.test.ts',
+]
+
+export default defineConfig({
+  ...base,
+  test: {
+    ...base.test,
+    // STEPKEY_CITUS_LAST: the file run after the others (its rows asserted on both workers).
+    include: process.env.STEPKEY_CITUS_LAST ? ['test/citus/spread.test.ts'] : citusFiles,
+    exclude: ['node_modules/**'],
+    globalSetup: ['test/citus/global-setup.ts'],
+    maxWorkers: 2,
+  },
+});
