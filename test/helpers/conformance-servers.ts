@@ -167,22 +167,8 @@ async function honoTarget(ledger: Ledger): Promise<Target> {
 export const targets = { trpc: trpcTarget, node: nodeTarget, express: expressTarget, hono: honoTarget } as const;
 export type TargetName = keyof typeof targets;
 
-/**
- * A POST with the body exactly as given. A request that went out on a
- * kept-alive connection the server was closing gets no answer at all
- * ("other side closed"): it is sent again, as any client does — the server
- * never read it.
- */
+/** A POST with the body exactly as given. */
 export async function send(url: string, body: string, headers: Record<string, string>): Promise<Reply> {
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
-      return { status: response.status, body: await response.text(), headers: response.headers };
-    } catch (error) {
-      if (attempt >= 3 || !closedBeforeAnswer(error)) throw error;
-    }
-  }
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+  return { status: response.status, body: await response.text(), headers: response.headers };
 }
-
-const closedBeforeAnswer = (error: unknown): boolean =>
-  error instanceof TypeError && /other side closed|ECONNRESET/.test(String((error as { cause?: unknown }).cause));
