@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import type { StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import { deadlineExceededOutcome } from '../lifecycle/deadline.js';
-import { runsPastDeadline, sweepExpiredRuns } from '../lifecycle/sweep.js';
+import { sweepExpiredRuns } from '../lifecycle/sweep.js';
 import { endTree } from '../lifecycle/tree.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { inDatabase, type EngineCore } from './core.js';
@@ -57,13 +57,13 @@ export class Sweeper {
     }
     this.#sweeping = true;
     try {
-      const ended = await this.#endPastDeadline();
-      const capacity = core.settings.wakeRoom - core.waker.admitted - core.waker.inFlight;
-      if (capacity <= 0) return ended;
+      const capacity = Math.max(0, core.settings.wakeRoom - core.waker.admitted - core.waker.inFlight);
       const tokens = Array.from({ length: capacity }, () => randomUUID());
-      const taken = await inDatabase('sweeping expired and due runs', () =>
-        sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions()),
+      const { taken, pastDeadline } = await inDatabase('sweeping expired, due and past-deadline runs', () =>
+        sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions(), DEADLINES_PER_SWEEP),
       );
+      const ended = await this.#endPastDeadline(pastDeadline);
+      if (capacity <= 0) return ended;
       this.#backlog = taken.length >= capacity;
       instrument.sweptRuns(taken.length);
       for (const run of taken) {
@@ -93,9 +93,8 @@ export class Sweeper {
   }
 
   /** Ends the runs past their deadline that no live process holds, each in its own transaction. */
-  async #endPastDeadline(): Promise<number> {
+  async #endPastDeadline(due: readonly KeyRef[]): Promise<number> {
     const core = this.#core;
-    const due = await inDatabase('finding runs past their deadline', () => runsPastDeadline(core.sql, core.clock, DEADLINES_PER_SWEEP));
     let ended = 0;
     for (const ref of due) {
       if (core.closing) break;

@@ -53,12 +53,15 @@ export async function sweepExpiredRuns(
   tokens: readonly string[],
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
-): Promise<SweptRun[]> {
+  deadlines = 0,
+): Promise<{ taken: SweptRun[]; pastDeadline: KeyRef[] }> {
   const limit = tokens.length;
-  if (limit === 0) return [];
-  const found = await findSweepable(q, clock, limit, versions);
-  if (found.length === 0) return [];
-  return takeSwept(q, clock, found, tokens, leaseMs, versions);
+  if (limit === 0 && deadlines === 0) return { taken: [], pastDeadline: [] };
+  const found = await findSweepable(q, clock, limit, deadlines, versions);
+  const pastDeadline = found.filter((row) => row.kind === 'deadline').map(({ scope, key }) => ({ scope, key }));
+  const sweepable = found.filter((row) => row.kind !== 'deadline').map(({ scope, key, kind }) => ({ scope, key, woken: kind === 'due' }));
+  if (sweepable.length === 0) return { taken: [], pastDeadline };
+  return { taken: await takeSwept(q, clock, sweepable, tokens, leaseMs, versions), pastDeadline };
 }
 
 /** `name chr(31) version` of each registered workflow version: the form the sweep compares. */
@@ -66,12 +69,16 @@ function versionTags(versions: readonly { name: string; version: number }[]): st
   return versions.map((v) => `${v.name}\u001f${v.version}`);
 }
 
-/** Up to `limit` expired and due runs, across scopes, read without a lock. */
-function findSweepable(q: Queryable, clock: Clock, limit: number, versions: readonly { name: string; version: number }[]) {
+/**
+ * Up to `limit` expired and due runs, and up to `deadlines` runs past their
+ * deadline (pastDeadlineQuery's), across scopes, read without a lock: one
+ * statement per sweep.
+ */
+function findSweepable(q: Queryable, clock: Clock, limit: number, deadlines: number, versions: readonly { name: string; version: number }[]) {
   const now = sqlNow(q, clock);
   const tags = versionTags(versions);
-  return q<{ scope: string; key: string; woken: boolean }[]>`
-    select scope, key, woken from (
+  return q<{ scope: string; key: string; kind: 'expired' | 'due' | 'deadline' }[]>`
+    (select scope, key, case when woken then 'due' else 'expired' end as kind from (
       (select scope, key, false as woken
          from stepkey.ledger
         where kind = 'run' and status = 'in_progress' and locked_until <= ${now}
@@ -88,7 +95,9 @@ function findSweepable(q: Queryable, clock: Clock, limit: number, versions: read
         order by wake_at
         limit ${limit})
     ) found
-    limit ${limit}`;
+    limit ${limit})
+    union all
+    (${pastDeadlineQuery(q, now, deadlines)})`;
 }
 
 /**
@@ -132,10 +141,9 @@ function takeSwept(
  * without a lock (a read across scopes): each is then ended by its own
  * transaction, which decides again under its lock (tree.ts).
  */
-export async function runsPastDeadline(q: Queryable, clock: Clock, limit: number): Promise<KeyRef[]> {
-  const now = sqlNow(q, clock);
-  return q<KeyRef[]>`
-    select scope, key
+function pastDeadlineQuery(q: Queryable, now: ReturnType<typeof sqlNow>, limit: number) {
+  return q`
+    select scope, key, 'deadline' as kind
       from stepkey.ledger
      where deadline_at <= ${now} and status in ('in_progress', 'waiting', 'failed')
        and (status <> 'in_progress' or locked_until <= ${now})
