@@ -3,6 +3,7 @@
  * does not run out while a test works, however busy the host: a test that
  * needs a lease expired moves the engine's clock past it.
  */
+import { afterEach } from 'vitest';
 import { Clock } from '../../src/db/clock.js';
 import type { Workflow } from '../../src/workflow/define.js';
 import { Engine, type EngineOptions } from '../../src/engine/engine.js';
@@ -20,4 +21,22 @@ export function testEngine(db: TestDatabase, workflows: Workflow[], options: Par
     onError: process.env.STEPKEY_TEST_ENGINE_ERRORS ? (error, context) => console.error(`engine error: ${context}`, error) : () => {},
     ...options,
   });
+}
+
+/**
+ * `engineFor(workflows, options)` for a test file: each engine it makes is
+ * shut down after the test that made it, `beforeShutdown` first (the test's
+ * gates opened, so that no execution waits on one).
+ */
+export function enginesShutAfterEach(db: () => TestDatabase, beforeShutdown: () => void = () => {}) {
+  const engines: Engine[] = [];
+  afterEach(async () => {
+    beforeShutdown();
+    await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
+  });
+  return (workflows: Workflow[], options: Partial<EngineOptions> = {}): Engine => {
+    const made = testEngine(db(), workflows, options);
+    engines.push(made);
+    return made;
+  };
 }

@@ -6,14 +6,13 @@
  * with an audit row naming the root cancellation. A child cancelled on its
  * own wakes its parent, whose child step gets a typed ChildRunError.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { ChildRunError } from '../../src/workflow/waits/child-error.js';
-import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
+import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, slotsHeld } from '../helpers/flow.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { uniqueKey } from '../helpers/ledger.js';
@@ -97,16 +96,7 @@ const patient = defineWorkflow({
   },
 });
 
-const engines: Engine[] = [];
-function engineFor(workflows: Parameters<typeof testEngine>[1], options: Parameters<typeof testEngine>[2] = {}) {
-  const made = testEngine(db(), workflows, options);
-  engines.push(made);
-  return made;
-}
-afterEach(async () => {
-  openAll();
-  await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
-});
+const engineFor = enginesShutAfterEach(db, openAll);
 
 describe('cancelling a run', () => {
   it('cancels its descendants three levels deep, each with an audit row naming the root', async () => {

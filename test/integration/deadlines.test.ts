@@ -6,7 +6,7 @@
  * ends it in SQL, for a run of any version. Its descendants are cancelled
  * with it and what it holds is given back. Time passes by moving the clock.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -14,7 +14,7 @@ import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
+import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { limitHeld } from '../helpers/limits.js';
@@ -27,16 +27,20 @@ const MINUTE = 60_000;
 const status = async (ref: KeyRef) =>
   (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status;
 
-const engines: Engine[] = [];
-function engineFor(workflows: Parameters<typeof testEngine>[1], options: Parameters<typeof testEngine>[2] = {}) {
-  const made = testEngine(db(), workflows, options);
-  engines.push(made);
-  return made;
-}
-afterEach(async () => {
-  openAll();
-  await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
-});
+const engineFor = enginesShutAfterEach(db, openAll);
+
+/** A workflow whose one call waits at the gate named by its input's id. */
+const gatedWork = (name: string) =>
+  defineWorkflow({
+    name,
+    version: 1,
+    input: z.object({ id: z.string() }),
+    steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
+    async run({ input, steps }) {
+      await steps.work.call(async () => gate(input.id).opened);
+      return input.id;
+    },
+  });
 
 /** Moves the engine's clock past the deadline and sweeps until the run has ended at it. */
 async function pastDeadline(engine: Engine, ref: KeyRef, byMs = MINUTE + 1_000) {
@@ -162,16 +166,7 @@ describe('a run past its deadline', () => {
 
   it('waiting for a queue slot: the sweep ends it, its entry goes, the holder keeps its slot', async () => {
     const queue = defineQueue({ name: 'dl-queue', concurrency: 1 });
-    const held = defineWorkflow({
-      name: 'dl-queued',
-      version: 1,
-      input: z.object({ id: z.string() }),
-      steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
-      async run({ input, steps }) {
-        await steps.work.call(async () => gate(input.id).opened);
-        return input.id;
-      },
-    });
+    const held = gatedWork('dl-queued');
     const engine = engineFor([held], { queues: [queue] });
     const holder = { scope: 'acme', key: uniqueKey('dl-holder') };
     const waiter = { scope: 'acme', key: uniqueKey('dl-waiter') };
@@ -186,16 +181,7 @@ describe('a run past its deadline', () => {
 
   it('parked on a child waiting on a queue for a slot: the sweep ends it, cancels the child, and its entry goes', async () => {
     const queue = defineQueue({ name: 'dl-child-queue', concurrency: 1 });
-    const work = defineWorkflow({
-      name: 'dl-queued-work',
-      version: 1,
-      input: z.object({ id: z.string() }),
-      steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
-      async run({ input, steps }) {
-        await steps.work.call(async () => gate(input.id).opened);
-        return input.id;
-      },
-    });
+    const work = gatedWork('dl-queued-work');
     const parent = defineWorkflow({
       name: 'dl-queued-parent',
       version: 1,

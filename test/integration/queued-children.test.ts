@@ -6,14 +6,13 @@
  * child's end gives its slot to the next in line and wakes its parent.
  * Bad options are refused naming the step, before anything is stored.
  */
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
-import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
+import { enginesShutAfterEach } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
@@ -23,16 +22,7 @@ const { gate, openAll } = gates();
 
 beforeAll(async () => createIntervals(db().sql));
 
-const engines: Engine[] = [];
-function engineFor(workflows: Parameters<typeof testEngine>[1], options: Parameters<typeof testEngine>[2] = {}) {
-  const made = testEngine(db(), workflows, options);
-  engines.push(made);
-  return made;
-}
-afterEach(async () => {
-  openAll();
-  await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
-});
+const engineFor = enginesShutAfterEach(db, openAll);
 
 const status = async (ref: KeyRef) =>
   (await db().sql<{ status: string }[]>`select status from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0]?.status;
