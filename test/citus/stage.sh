@@ -8,9 +8,16 @@
 # Fails — never skips — when ../shared/citus or root is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-shared=${STEPKEY_CITUS_SHARED:-../shared/citus}
-if [ ! -x "$shared/install.sh" ] && [ ! -f "$shared/install.sh" ]; then
-  echo "citus stage: $shared/install.sh is missing (Citus 13.0.5 for PostgreSQL 15): cannot run" >&2; exit 1
+# The Citus build: STEPKEY_CITUS_SHARED, or shared/citus beside the project (../shared/citus), or
+# the machine's /work/shared/citus (a clone of the project elsewhere, as CI's may be).
+shared=${STEPKEY_CITUS_SHARED:-}
+if [ -z "$shared" ]; then
+  for candidate in ../shared/citus /work/shared/citus; do
+    if [ -f "$candidate/install.sh" ]; then shared=$candidate; break; fi
+  done
+fi
+if [ -z "$shared" ] || [ ! -f "$shared/install.sh" ]; then
+  echo "citus stage: ${shared:-../shared/citus (or /work/shared/citus)}/install.sh is missing (Citus 13.0.5 for PostgreSQL 15): cannot run" >&2; exit 1
 fi
 if [ "$(id -u)" != 0 ]; then echo "citus stage: needs root (install.sh, the nodes run as postgres)" >&2; exit 1; fi
 bash "$shared/install.sh"
