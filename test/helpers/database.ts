@@ -16,6 +16,13 @@ export interface TestDatabase extends Database {
   readonly name: string;
 }
 
+/**
+ * The file runs against a Citus cluster (the Citus stage). Queues and step
+ * limits do not run on Citus yet (docs/many-machines.md): a case that needs
+ * one is marked `it.skipIf(onCitus())` and runs in every other stage.
+ */
+export const onCitus = (): boolean => (inject('citusWorkers')?.length ?? 0) > 0;
+
 export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
   const adminUrl = inject('adminUrl');
   const name = `stepkey_t_${inject('runId')}_${randomBytes(4).toString('hex')}`;
