@@ -13,47 +13,18 @@
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
-import { StatementText } from '../../db/statement-text.js';
 import type { ClaimRequest, Lease, OutcomeToStore } from '../types.js';
 
 /**
  * Stores the outcome. A root row (no parent) expires `retentionMs` after
  * completion; a child row lives as long as its root.
  */
-export function completeStatement(
-  q: Queryable,
-  clock: Clock,
-  lease: Lease,
-  outcome: OutcomeToStore,
-  retentionMs: number,
-  status: 'completed' | 'cancelled' = 'completed',
-) {
-  const b = new StatementText();
-  b.sql`
-    with completed as (`;
-  completeUpdate(b, clock, lease, outcome, retentionMs, status);
-  b.sql`)
-    select stepkey.lease_held(count(*)) from completed`;
-  return b.query(q);
-}
-
-/**
- * The fenced UPDATE that stores the outcome, returning one row when it
- * wrote, appended to `b`: for completeStatement, and for statements that end
- * a run together with its last steps (workflow/sql/step-rows.ts).
- */
-export function completeUpdate(
-  b: StatementText,
-  clock: Clock,
-  lease: Lease,
-  outcome: OutcomeToStore,
-  retentionMs: number,
-  status: 'completed' | 'cancelled' = 'completed',
-): void {
-  const now = b.now(clock);
-  b.sql`
+export function completeStatement(q: Queryable, clock: Clock, lease: Lease, outcome: OutcomeToStore, retentionMs: number) {
+  const now = sqlNow(q, clock);
+  return q`
+    with completed as (
       update stepkey.ledger
-         set status = ${status},
+         set status = 'completed',
              outcome = ${outcome.body},
              outcome_ok = ${outcome.ok},
              outcome_code = ${outcome.code ?? null}::int,
@@ -64,7 +35,9 @@ export function completeUpdate(
              expires_at = ${now} + (case when parent_key is null then ${retentionMs}::float8 end) * interval '1 millisecond'
        where scope = ${lease.scope} and key = ${lease.key}
          and lease_token = ${lease.token}::uuid and status = 'in_progress'
-      returning 1`;
+      returning 1
+    )
+    select stepkey.lease_held(count(*)) from completed`;
 }
 
 /**
