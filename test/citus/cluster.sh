@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A 3-node Citus cluster of its own for stepkey's Citus tests, kill test and bench: a coordinator on
 # $PORT and workers on $PORT+1 and $PORT+2, data under $DIR. Each node has max_prepared_transactions
-# (two-phase commits across nodes), citus.shard_count = 8 and a 2PC recovery every 3 s.
+# (two-phase commits across nodes), citus.shard_count = 8, a 2PC recovery every 3 s and
+# connections between nodes that prefer SSL without requiring it.
 #   cluster.sh up DIR PORT          initdb (once) and start the three nodes
 #   cluster.sh down DIR             stop each node by the PID in its postmaster.pid, remove DIR
 #   cluster.sh restart DIR NODE     stop one node (w1 | w2 | coord) by PID, start it again
@@ -46,6 +47,9 @@ max_prepared_transactions = 300
 citus.shard_count = 8
 citus.recover_2pc_interval = '3s'
 citus.log_remote_commands = off
+# A node's first CREATE EXTENSION citus turns ssl on by a reload that lands a moment later; until
+# then a node refuses the default sslmode=require, so connections between nodes only prefer it.
+citus.node_conninfo = 'sslmode=prefer'
 CONF
       printf 'local all all trust\nhost all all 127.0.0.1/32 trust\n' > "$DIR/$name/pg_hba.conf"
       chown postgres:postgres "$DIR/$name/pg_hba.conf"
