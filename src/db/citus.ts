@@ -42,6 +42,19 @@ export class CitusMissingError extends Error {
   }
 }
 
+/**
+ * Whether stepkey's tables are distributed by Citus in the database `q`
+ * reaches — checked once, by an engine's flow control, whose dispatch then
+ * takes the steps Citus can run (lifecycle/dispatch-distributed.ts).
+ */
+export async function tablesDistributed(q: postgres.Sql | postgres.TransactionSql): Promise<boolean> {
+  const [ext] = await q<{ citus: boolean }[]>`select exists (select 1 from pg_extension where extname = 'citus') as citus`;
+  if (!ext?.citus) return false;
+  const [table] = await q<{ distributed: boolean }[]>`
+    select exists (select 1 from pg_dist_partition where logicalrelid = 'stepkey.queue_entries'::regclass) as distributed`;
+  return table?.distributed ?? false;
+}
+
 /** Refuses a database without the citus extension or without a worker node (checked before migrating). */
 export async function assertCitus(sql: postgres.Sql): Promise<void> {
   const [ext] = await sql<{ version: string | null }[]>`

@@ -25,7 +25,7 @@ export function childQueues(flow: FlowControl, clock: Clock, dispatchQueue: (que
     },
     ready: () => flow.ready(),
     statements: (q, child, entry) =>
-      [lockQueueStatement(q, [entry.queue], false), lockQueueRowStatement(q, entry.queue, false), insertEntryStatement(q, clock, child, entry)] as unknown as ReturnType<
+      [lockQueueStatement(q, [entry.queue], false, flow.plans), lockQueueRowStatement(q, entry.queue, false), insertEntryStatement(q, clock, child, entry)] as unknown as ReturnType<
         ChildQueues['statements']
       >,
     dispatch: (queue, parentParks) => dispatchQueue(queue, parentParks ? 1 : 0),

@@ -20,7 +20,11 @@
  * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
  * queue is dispatched in the same transaction —
  * the resumed run starts at once only if a slot is free (`requeued`).
+ *
+ * On Citus the dispatch takes several statements (lifecycle/dispatch-distributed.ts),
+ * sent one after another before the COMMIT instead of with it.
  */
+import type postgres from 'postgres';
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction } from '../db/transaction.js';
@@ -69,8 +73,8 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
     if (claim.state === 'waiting' && claim.resumed) {
       const queue = claim.wait.for ?? request.entry.queue;
       await flow.lockIn(tx.sql, queue);
-      const [dispatched] = await tx.commit(flow.dispatchIn(tx.sql, queue, request.capacity, request.leaseMs, request.versions));
-      return { claim, dispatched: dispatchedRuns(dispatched), requeued: true };
+      const dispatched = await commitWithDispatch(tx, flow, queue, request, []);
+      return { claim, dispatched, requeued: true };
     }
     if (claim.state !== 'owned' || claim.resumed) {
       if (claim.state === 'owned') await tx.commit();
@@ -89,13 +93,22 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       await tx.commit(...entry);
       return { claim, dispatched: [], requeued: false, dispatchAfter: lock === 'held' };
     }
-    const [, , dispatched] = await tx.commit(
-      ...entry,
-      flow.dispatchIn(tx.sql, request.entry.queue, request.capacity, request.leaseMs, request.versions),
-    );
-    return { claim, dispatched: dispatchedRuns(dispatched), requeued: false };
+    const dispatched = await commitWithDispatch(tx, flow, request.entry.queue, request, entry);
+    return { claim, dispatched, requeued: false };
   } catch (error) {
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
+}
+
+/** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */
+async function commitWithDispatch(tx: Transaction, flow: FlowControl, queue: string, request: EnqueueRequest, before: readonly postgres.PendingQuery<postgres.Row[]>[]) {
+  if (flow.dispatchesInline) {
+    const answers = await tx.commit(...before, flow.dispatchIn(tx.sql, queue, request.capacity, request.leaseMs, request.versions));
+    return dispatchedRuns(answers[answers.length - 1] as readonly unknown[]);
+  }
+  await Promise.all(before);
+  const dispatched = await flow.dispatchSteps(tx.sql, queue, request.capacity, request.leaseMs, request.versions);
+  await tx.commit();
+  return dispatched;
 }

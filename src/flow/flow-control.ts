@@ -10,7 +10,9 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, type DispatchedRun } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
+import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
+import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
 
 export type Versions = readonly { name: string; version: number }[];
@@ -20,6 +22,8 @@ export class FlowControl {
   readonly #clock: Clock;
   readonly #queues = new Map<string, Queue>();
   #settings: Promise<void> | undefined;
+  /** stepkey's tables are distributed by Citus (known once ready): dispatch takes its own steps. */
+  #distributed = false;
 
   constructor(sql: Sql, clock: Clock, queues: readonly Queue[]) {
     this.#sql = sql;
@@ -59,18 +63,38 @@ export class FlowControl {
     return registered;
   }
 
-  /** Writes every registered queue's settings to its row, once per engine. */
+  /** Writes every registered queue's settings to its row, and learns whether the tables are distributed, once per engine. */
   ready(): Promise<void> {
-    this.#settings ??= writeQueueSettings(this.#sql, [...this.#queues.values()]).catch((error: unknown) => {
-      this.#settings = undefined;
-      throw translateDatabaseError(error, 'writing queue settings');
-    });
+    this.#settings ??= Promise.all([writeQueueSettings(this.#sql, [...this.#queues.values()]), tablesDistributed(this.#sql)]).then(
+      ([, distributed]) => {
+        this.#distributed = distributed;
+      },
+      (error: unknown) => {
+        this.#settings = undefined;
+        throw translateDatabaseError(error, 'writing queue settings');
+      },
+    );
     return this.#settings;
+  }
+
+  /**
+   * Whether a dispatch can travel inside another transaction's last
+   * statements (an enqueue's, a completion's): on one PostgreSQL it is one
+   * statement; on Citus it takes several (lifecycle/dispatch-distributed.ts),
+   * so there the queue is dispatched right after that transaction instead.
+   */
+  get dispatchesInline(): boolean {
+    return !this.#distributed;
+  }
+
+  /** How the statements after a queue's lock are planned (lifecycle/dispatch.ts, Plans). */
+  get plans(): Plans {
+    return this.#distributed ? 'custom' : 'generic';
   }
 
   /** Within an open transaction (an enqueue's): takes both of the queue's locks, then dispatches (the last statement, sent with COMMIT). */
   async lockIn(tx: TxSql, queue: string): Promise<void> {
-    await Promise.all([lockQueueStatement(tx, [queue], false), lockQueueRowStatement(tx, queue, false)]);
+    await Promise.all([lockQueueStatement(tx, [queue], false, this.plans), lockQueueRowStatement(tx, queue, false)]);
   }
 
   /**
@@ -79,13 +103,19 @@ export class FlowControl {
    * slot seemed free ('locked') or not ('full': nothing to dispatch now).
    */
   async tryLockIn(tx: TxSql, queue: string): Promise<'locked' | 'full' | 'held'> {
-    const [row] = await tryLockQueueStatement(tx, queue);
+    const [row] = await tryLockQueueStatement(tx, queue, this.plans);
     if (!row) return 'held';
     return row.free ? 'locked' : 'full';
   }
 
+  /** The dispatch as one statement, to send with the COMMIT (only where dispatchesInline). */
   dispatchIn(tx: TxSql, queue: string, limit: number, leaseMs: number, versions: Versions) {
     return dispatchStatement(tx, this.#clock, queue, limit, leaseMs, versions);
+  }
+
+  /** The dispatch on Citus, its statements one after another (only where not dispatchesInline). */
+  dispatchSteps(tx: TxSql, queue: string, limit: number, leaseMs: number, versions: Versions): Promise<DispatchedRun[]> {
+    return dispatchDistributed(tx, this.#clock, queue, limit, leaseMs, versions);
   }
 
   /**
@@ -94,7 +124,8 @@ export class FlowControl {
    * dispatch that starts runs only if that lock was taken.
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions) {
-    return [tryLockQueueStatement(q, queue), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true })];
+    if (!this.dispatchesInline) return [];
+    return [tryLockQueueStatement(q, queue, this.plans), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true })];
   }
 
   /**
@@ -114,8 +145,8 @@ export class FlowControl {
     try {
       // One queue: its row check travels with its lock, and runs once the lock is held (a statement of its own, its own snapshot).
       const [locked, checked] = queue
-        ? await Promise.all([lockQueueStatement(tx.sql, [queue], false), lockQueueRowStatement(tx.sql, queue, true)])
-        : [await lockQueueStatement(tx.sql, this.names, true), undefined];
+        ? await Promise.all([lockQueueStatement(tx.sql, [queue], false, this.plans), lockQueueRowStatement(tx.sql, queue, true)])
+        : [await lockQueueStatement(tx.sql, this.names, true, this.plans), undefined];
       if (locked.length === 0) {
         await tx.rollback();
         return [];
@@ -127,8 +158,14 @@ export class FlowControl {
         if (left <= 0) break;
         // Nothing waits: nothing to dispatch, and no row lock (this transaction writes nothing for it).
         if ((checked ?? (await lockQueueRowStatement(tx.sql, name, true))).length === 0) continue;
-        const statement = dispatchStatement(tx.sql, this.#clock, name, left, leaseMs, versions);
         const last = index === locked.length - 1;
+        if (this.#distributed) {
+          const runs = await this.dispatchSteps(tx.sql, name, left, leaseMs, versions);
+          results.push({ queue: name, runs });
+          left -= runs.length;
+          continue;
+        }
+        const statement = dispatchStatement(tx.sql, this.#clock, name, left, leaseMs, versions);
         const runs = dispatchedRuns(last ? (await tx.commit(statement))[0] : await statement);
         committed = last;
         results.push({ queue: name, runs });

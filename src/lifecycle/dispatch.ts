@@ -49,25 +49,29 @@ export interface DispatchedRun {
  * holds (skipLocked), or waits for one queue's; returns the queues locked
  * (those that have a row). MATERIALIZED keeps the try-lock to the queues listed.
  */
-export function lockQueueStatement(q: Queryable, names: readonly string[], skipLocked: boolean) {
+export function lockQueueStatement(q: Queryable, names: readonly string[], skipLocked: boolean, plans: Plans) {
   if (skipLocked) {
     return q<{ name: string }[]>`
       with listed as materialized (select name from stepkey.queues where name = any(${names}::text[]))
-      select name from listed, ${genericPlans(q)} where pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) order by name`;
+      select name from listed, ${planMode(q, plans)} where pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) order by name`;
   }
   if (names.length !== 1) throw new Error('lockQueueStatement waits for one queue at a time.');
   return q<{ name: string }[]>`
     with listed as materialized (select name from stepkey.queues where name = ${names[0]!}::text)
-    select name from listed, ${genericPlans(q)}, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`;
+    select name from listed, ${planMode(q, plans)}, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`;
 }
 
 /**
- * The dispatch that follows a queue's lock is planned once per connection,
- * not at each execution (its plan does not depend on the values: a custom
- * plan cost more to make than it saved). Set for the rest of the
- * transaction, which holds only stepkey's statements from here on.
+ * 'generic': the dispatch that follows a queue's lock is planned once per
+ * connection, not at each execution (its plan does not depend on the values:
+ * a custom plan cost more to make than it saved). Set for the rest of the
+ * transaction, which holds only stepkey's statements from here on. 'custom'
+ * on Citus, which routes a statement by its values and cannot plan one
+ * without them.
  */
-const genericPlans = (q: Queryable) => q`(select set_config('plan_cache_mode', 'force_generic_plan', true)) generic_plans`;
+export type Plans = 'generic' | 'custom';
+const planMode = (q: Queryable, plans: Plans) =>
+  plans === 'generic' ? q`(select set_config('plan_cache_mode', 'force_generic_plan', true)) generic_plans` : q`(select 1) custom_plans`;
 
 /**
  * Under the queue's advisory lock: takes its row's lock — only if a run waits
@@ -92,14 +96,14 @@ export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: bo
  * and dispatches after its commit, waiting for the lock then — so that
  * concurrent enqueues commit side by side instead of one after another.
  */
-export function tryLockQueueStatement(q: Queryable, queue: string) {
+export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
   // `free`: whether the queue seemed to have a free slot (its snapshot predates the lock: only a hint
   // for whether to dispatch now — a slot given back meanwhile is dispatched by whoever gave it back).
   return q`
     select set_config('stepkey.dispatching', name, true) as name,
-           (select count(*) from stepkey.queue_entries e where e.queue = queues.name and e.holding) < queues.concurrency as free
-      from stepkey.queues, ${genericPlans(q)}
+           (select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency as free
+      from stepkey.queues, ${planMode(q, plans)}
      where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
        for update of queues`;
 }

@@ -11,7 +11,7 @@ import { z } from 'zod';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { ChildRunError } from '../../src/workflow/waits/child-error.js';
-import { onCitus, useTestDatabase } from '../helpers/database.js';
+import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, slotsHeld } from '../helpers/flow.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -164,7 +164,7 @@ describe('cancelling a run', () => {
     expect(await statusOf(ref)).toBe('completed');
   });
 
-  it.skipIf(onCitus())('reaches a child on a queue: waiting for a slot, its entry goes; holding one, its call is aborted and the slot goes to the next in line', async () => {
+  it('reaches a child on a queue: waiting for a slot, its entry goes; holding one, its call is aborted and the slot goes to the next in line', async () => {
     const line = defineQueue({ name: 'ct-line', concurrency: 1 });
     const work = defineWorkflow({
       name: 'ct-queued-work',

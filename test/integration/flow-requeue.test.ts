@@ -29,7 +29,7 @@ import { makeRunDue } from '../../src/lifecycle/resume.js';
 import { listQueues } from '../../src/read/sql/queues.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
-import { useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
+import { onCitus, useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
@@ -276,7 +276,8 @@ describe('a failed queued run that is resumed', () => {
     await expectWaitsThenCompletes(e, prefix, refs);
   });
 
-  it('while its stalled holder fails it, is not written into progress by a takeover or a resume that waited: read again, it is parked', async () => {
+  // Not on Citus: the row lock is waited for on the scope's worker, where this test's probe (pg_blocking_pids on the coordinator) cannot see it.
+  it.skipIf(onCitus())('while its stalled holder fails it, is not written into progress by a takeover or a resume that waited: read again, it is parked', async () => {
     // A stuck run (lease run out, slot held), whose stalled holder fails it while a takeover and an
     // operator's resume, both decided on the stuck row, wait for its row lock.
     await db().sql`insert into stepkey.queues (name, concurrency) values ('rq-race-fail', 1) on conflict do nothing`;
