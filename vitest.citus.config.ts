@@ -30,8 +30,10 @@ export default defineConfig({
   ...base,
   test: {
     ...base.test,
-    // STEPKEY_CITUS_LAST: the file run after the others (its rows asserted on both workers).
-    include: process.env.STEPKEY_CITUS_LAST ? ['test/citus/spread.test.ts'] : citusFiles,
+    // STEPKEY_CITUS_LAST: the files run after the others, one at a time: the kill test (it restarts a
+    // worker node) and the spread (rows asserted on both workers).
+    include: process.env.STEPKEY_CITUS_LAST ? ['test/citus/kill.test.ts', 'test/citus/spread.test.ts'] : citusFiles,
+    ...(process.env.STEPKEY_CITUS_LAST ? { fileParallelism: false } : {}),
     exclude: ['node_modules/**'],
     globalSetup: ['test/citus/global-setup.ts'],
     maxWorkers: 2,

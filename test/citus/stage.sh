@@ -41,6 +41,7 @@ echo "citus stage: coordinator 127.0.0.1:$port, workers :$((port + 1)) :$((port 
 
 export STEPKEY_CITUS_URL="postgres://postgres@127.0.0.1:$port/postgres"
 export STEPKEY_CITUS_WORKERS="127.0.0.1:$((port + 1)),127.0.0.1:$((port + 2))"
+export STEPKEY_CITUS_DIR="$dir"
 export STEPKEY_TEST_POOL_MAX=${STEPKEY_TEST_POOL_MAX:-16}
 unset DATABASE_URL
 t=$SECONDS
@@ -48,4 +49,4 @@ npx vitest run -c vitest.citus.config.ts
 echo "citus stage: listed files in $((SECONDS - t)) s"
 t=$SECONDS
 STEPKEY_CITUS_LAST=1 npx vitest run -c vitest.citus.config.ts
-echo "citus stage: rows on both workers asserted in $((SECONDS - t)) s"
+echo "citus stage: the kill test and rows on both workers asserted in $((SECONDS - t)) s"
