@@ -12,11 +12,10 @@ export const citusFiles = [
   'test/integration/waits-events.test.ts',
   'test/integration/waits-children.test.ts',
   'test/integration/cancel-tree.test.ts',
-  // queues: dispatch in order, by partition, rated; a slot handed on; a failed queued run resumed; a child on a queue
+  // queues: dispatch in order, by partition, rated; a slot given back; a failed queued run resumed; a child on a queue
   'test/integration/flow-queues.test.ts',
   'test/integration/flow-requeue.test.ts',
   'test/integration/queued-children.test.ts',
-  'test/integration/trpc-queued.test.ts',
   // an effect enqueued with its step and delivered once
   'test/integration/outbox.test.ts',
   // the purge of expired keys; a key reused after its retention

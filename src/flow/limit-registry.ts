@@ -11,11 +11,16 @@ import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Workflow } from '../workflow/define.js';
 import type { Limit } from './define-limit.js';
 import { writeLimitSettings } from './sql/limit-settings.js';
+import { tablesDistributed } from '../db/citus.js';
 import type { StepLimits } from '../workflow/step-limits.js';
 import type { CommitExtra } from '../workflow/commit.js';
 import type { StepTarget } from '../workflow/steps.js';
 import { commitAcquiring } from './limit-acquire.js';
 import { afterGiveBack, giveBackWith } from './limit-release.js';
+
+const LIMITS_ON_CITUS =
+  'Step limits do not run on Citus yet (stepkey\'s tables are distributed in this database): ' +
+  'remove the step\'s limit, or put the work on a queue (defineQueue), whose concurrency and rate limits do.';
 
 export class LimitRegistry implements StepLimits {
   readonly #sql: Sql;
@@ -68,12 +73,24 @@ export class LimitRegistry implements StepLimits {
     return limit;
   }
 
-  /** Writes every registered limit's settings to its row, once per engine. */
+  /**
+   * Writes every registered limit's settings to its row, once per engine.
+   * Refuses a database whose tables Citus distributes: a limit's acquire and
+   * give-back are single statements that join the coordinator's partitions
+   * to the runs of every scope, which Citus does not run (queues do run there).
+   */
   ready(): Promise<void> {
-    this.#settings ??= writeLimitSettings(this.#sql, [...this.#limits.values()]).catch((error: unknown) => {
-      this.#settings = undefined;
-      throw translateDatabaseError(error, 'writing limit settings');
-    });
+    this.#settings ??= tablesDistributed(this.#sql)
+      .then(
+        (distributed) => {
+          if (distributed) throw new StepkeyError('invalid_options', LIMITS_ON_CITUS);
+          return writeLimitSettings(this.#sql, [...this.#limits.values()]);
+        },
+      )
+      .catch((error: unknown) => {
+        this.#settings = undefined;
+        throw error instanceof StepkeyError ? error : translateDatabaseError(error, 'writing limit settings');
+      });
     return this.#settings;
   }
 

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
@@ -46,7 +47,33 @@ async function rowsByWorker(table: string): Promise<Map<number, number>> {
   return byPort;
 }
 
+const metered = defineLimit({ name: 'spread-metered', concurrency: 2 });
+let called = 0;
+const limited = defineWorkflow({
+  name: 'spread-limited',
+  version: 1,
+  input: z.object({}),
+  steps: { call: step('call.v1', { limit: metered }) },
+  async run({ steps }) {
+    return steps.call.call(async () => String(++called));
+  },
+});
+
 describe('stepkey distributed by scope', () => {
+  it('refuses a step limit, saying why and what to use instead; the step never runs', async () => {
+    const limitedEngine = testEngine(db(), [limited], { limits: [metered] });
+    try {
+      const ref = { scope: 'tenant-limited', key: 'limited-1' };
+      const error = await limitedEngine.run(limited, ref, {}).catch((e: unknown) => e);
+      expect((error as Error).message).toMatch(/Step limits do not run on Citus yet .*put the work on a queue/);
+      expect(called).toBe(0);
+      const [steps] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key}`;
+      expect(steps!.n).toBe(0);
+    } finally {
+      await limitedEngine.shutdown();
+    }
+  });
+
   it('spreads runs over both workers, each scope on one node', async () => {
     const runs = Array.from({ length: 100 }, (_, i) => ({ scope: `tenant-${i % 20}`, key: `spread-${i}` }));
     const results = await Promise.all(runs.map((ref, i) => engine.run(threeSteps, ref, { n: i })));
