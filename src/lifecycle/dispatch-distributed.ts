@@ -27,7 +27,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow } from '../db/clock.js';
-import type { DispatchedRun } from './dispatch.js';
+import { bucketTokens, freeSlots, queueOrder, type DispatchedRun } from './dispatch.js';
 
 interface Chosen {
   scope: string;
@@ -70,12 +70,7 @@ function chooseStatement(q: Queryable, clock: Clock, queue: string, limit: numbe
   return q`
     with settings as (
       select concurrency, per_partition,
-             case when rate_limit is null then null
-                  else least(rate_limit::float8,
-                             coalesce(tokens, rate_limit::float8)
-                             + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000)
-                               * rate_limit / rate_period_ms)
-             end as tokens
+             ${bucketTokens(q, now)} as tokens
         from stepkey.queues where name = ${queue}
     ), held as materialized (
       select partition, count(*)::int as n from stepkey.queue_entries where queue = ${queue} and holding group by partition
@@ -87,9 +82,7 @@ function chooseStatement(q: Queryable, clock: Clock, queue: string, limit: numbe
          and l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
          and l.name || chr(31) || l.version = any(${runnable}::text[])
     ), free as (
-      select greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0),
-                               ${limit}::int,
-                               coalesce(floor(s.tokens), ${limit}::int)))::int as n
+      select ${freeSlots(q, limit)} as n
         from settings s
     ), ranked as (
       select w.*, row_number() over (partition by w.partition order by w.priority desc nulls last, w.seq) as rn
@@ -100,8 +93,7 @@ function chooseStatement(q: Queryable, clock: Clock, queue: string, limit: numbe
       cross join settings s
       left join held h on h.partition = r.partition
       left join stepkey.queue_partitions p on p.queue = ${queue} and p.partition = r.partition
-     where s.per_partition is null or r.rn <= s.per_partition - coalesce(h.n, 0)
-     order by r.priority desc, r.rn, p.last_served_at asc nulls first, r.seq
+     ${queueOrder(q)}
      limit coalesce((select n from free), 0)`;
 }
 
@@ -142,10 +134,7 @@ function accountStatement(q: Queryable, clock: Clock, queue: string, partitions:
       returning 1
     ), spent as (
       update stepkey.queues
-         set tokens = least(rate_limit::float8,
-                            coalesce(tokens, rate_limit::float8)
-                            + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000)
-                              * rate_limit / rate_period_ms) - ${partitions.length}::int,
+         set tokens = ${bucketTokens(q, now)} - ${partitions.length}::int,
              refilled_at = ${now}
        where name = ${queue} and rate_limit is not null
       returning 1

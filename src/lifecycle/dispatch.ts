@@ -113,6 +113,33 @@ function queueLockKey(q: Queryable, column: string) {
   return q`hashtextextended('stepkey.queue' || chr(30) || ${q(column)}, 0)`;
 }
 
+/**
+ * The parts of a dispatch's choice that both dispatches (this one and
+ * dispatch-distributed.ts) share. The queue's bucket now, from its row: its
+ * tokens refilled at rate_limit per rate_period_ms since refilled_at, never
+ * above rate_limit (null without a rate).
+ */
+export const bucketTokens = (q: Queryable, now: ReturnType<typeof sqlNow>) => q`
+  case when rate_limit is null then null
+       else least(rate_limit::float8,
+                  coalesce(tokens, rate_limit::float8)
+                  + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000) * rate_limit / rate_period_ms)
+  end`;
+
+/** The slots to grant now: none beyond the queue's concurrency (`held`), the `limit` asked for, or the bucket (`s`: settings). */
+export const freeSlots = (q: Queryable, limit: number) => q`
+  greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0), ${limit}::int, coalesce(floor(s.tokens), ${limit}::int)))::int`;
+
+/**
+ * The order of precedence over `ranked` r (rn: the run's place in its
+ * partition), within each partition's concurrency (`held` h, settings s):
+ * priority, partitions in turn, the partition served least recently (p),
+ * first enqueued.
+ */
+export const queueOrder = (q: Queryable) => q`
+  where s.per_partition is null or r.rn <= s.per_partition - coalesce(h.n, 0)
+  order by r.priority desc, r.rn, p.last_served_at asc nulls first, r.seq`;
+
 /** The rows of a dispatchStatement. */
 export const dispatchedRuns = (rows: readonly unknown[] | undefined): DispatchedRun[] => [...((rows ?? []) as DispatchedRun[])];
 
@@ -148,12 +175,7 @@ export function dispatchStatement(
         from queued_partitions qp where qp.partition is not null
     ), settings as (
       select concurrency, per_partition, rate_limit,
-             case when rate_limit is null then null
-                  else least(rate_limit::float8,
-                             coalesce(tokens, rate_limit::float8)
-                             + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000)
-                               * rate_limit / rate_period_ms)
-             end as tokens
+             ${bucketTokens(q, now)} as tokens
         from stepkey.queues where name = ${queue}
     ), held as (
       select partition, count(*)::int as n
@@ -162,9 +184,7 @@ export function dispatchStatement(
        group by partition
     ), free as (
       select case when ${locked}
-                  then greatest(0, least(s.concurrency - coalesce((select sum(n) from held), 0),
-                                         ${limit}::int,
-                                         coalesce(floor(s.tokens), ${limit}::int)))::int
+                  then ${freeSlots(q, limit)}
                   else 0 end as n
         from settings s
     ), parts as (
@@ -198,8 +218,7 @@ export function dispatchStatement(
         cross join settings s
         left join held h on h.partition = r.partition
         left join stepkey.queue_partitions p on p.queue = ${queue} and p.partition = r.partition
-       where s.per_partition is null or r.rn <= s.per_partition - coalesce(h.n, 0)
-       order by r.priority desc, r.rn, p.last_served_at asc nulls first, r.seq
+       ${queueOrder(q)}
        limit coalesce((select n from free), 0)
     ), locked as (
       select l.scope, l.key
