@@ -21,8 +21,12 @@
  * grants a slot between the choice and the start; every grant commits before
  * the lock is let go (Citus commits the nodes' part before the coordinator's
  * locks are released), so the next dispatch's read counts it. A run whose row
- * moved meanwhile (cancelled, say) is skipped: `start` takes only a row that
- * still waits.
+ * moved meanwhile (cancelled, say) or is locked by another transaction is
+ * skipped: `start` takes only a row that still waits, and never waits for one.
+ * One case is weaker than on one node: if a worker's COMMIT PREPARED fails
+ * (its connection lost at that instant), the coordinator commits and lets the
+ * locks go while the grants stay prepared, unseen until Citus's recovery
+ * commits them; a dispatch meanwhile counts those slots as free.
  */
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
@@ -47,11 +51,13 @@ export async function dispatchDistributed(
   if (limit <= 0) return [];
   const chosen = (await chooseStatement(q, clock, queue, limit, versions)) as unknown as Chosen[];
   if (chosen.length === 0) return [];
-  const started = await Promise.all(chosen.map((run) => startStatement(q, clock, run, randomUUID(), leaseMs)));
+  const started = await Promise.all(chosen.map((run) => startStatement(q, clock, queue, run, randomUUID(), leaseMs)));
   const runs: DispatchedRun[] = [];
   const served: string[] = [];
   started.forEach((rows, index) => {
-    for (const { scope, key, token, attempts } of rows as unknown as DispatchedRun[]) {
+    for (const { scope, key, token, attempts, granted } of rows as unknown as (DispatchedRun & { granted: number })[]) {
+      // Checked in the statement's own snapshot with the row locked: an entry that is not there is a broken invariant.
+      if (granted !== 1) throw new Error(`queue '${queue}': run '${key}' in scope '${scope}' was started without its entry`);
       runs.push({ scope, key, token, attempts });
       served.push(chosen[index]!.partition);
     }
@@ -97,11 +103,24 @@ function chooseStatement(q: Queryable, clock: Clock, queue: string, limit: numbe
      limit coalesce((select n from free), 0)`;
 }
 
-/** One chosen run started in its scope (routed to its node): nothing if it no longer waits. */
-function startStatement(q: Queryable, clock: Clock, run: Chosen, token: string, leaseMs: number) {
+/**
+ * One chosen run started in its scope (routed to its node): nothing if it no
+ * longer waits for a slot of this queue, or if another transaction holds its
+ * row (skipped, as the one-node dispatch skips it: a dispatch never waits
+ * under the queue's lock). Its row and its entry move in this one statement.
+ */
+function startStatement(q: Queryable, clock: Clock, queue: string, run: Chosen, token: string, leaseMs: number) {
   const now = sqlNow(q, clock);
   return q`
-    with started as (
+    with target as (
+      select l.scope, l.key
+        from stepkey.ledger l
+       where l.scope = ${run.scope} and l.key = ${run.key}
+         and l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
+         and exists (select 1 from stepkey.queue_entries e
+                      where e.scope = ${run.scope} and e.key = ${run.key} and e.queue = ${queue} and not e.holding and not e.failed)
+         for no key update of l skip locked
+    ), started as (
       update stepkey.ledger l
          set status = 'in_progress',
              lease_token = ${token}::uuid,
@@ -110,7 +129,8 @@ function startStatement(q: Queryable, clock: Clock, run: Chosen, token: string, 
              wait_kind = nullif(l.wait_kind, 'slot'),
              wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
              wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end
-       where l.scope = ${run.scope} and l.key = ${run.key} and l.status = 'waiting'
+        from target t
+       where l.scope = ${run.scope} and l.key = ${run.key} and t.scope = l.scope and t.key = l.key
       returning l.scope, l.key, l.lease_token, l.attempts
     ), granted as (
       update stepkey.queue_entries e
@@ -118,7 +138,7 @@ function startStatement(q: Queryable, clock: Clock, run: Chosen, token: string, 
        where e.scope = ${run.scope} and e.key = ${run.key} and exists (select 1 from started)
       returning 1
     )
-    select s.scope, s.key, s.lease_token::text as token, s.attempts, (select count(*) from granted) as granted
+    select s.scope, s.key, s.lease_token::text as token, s.attempts, (select count(*)::int from granted) as granted
       from started s`;
 }
 
@@ -135,7 +155,7 @@ function accountStatement(q: Queryable, clock: Clock, queue: string, partitions:
     ), spent as (
       update stepkey.queues
          set tokens = ${bucketTokens(q, now)} - ${partitions.length}::int,
-             refilled_at = ${now}
+             refilled_at = greatest(refilled_at, ${now})
        where name = ${queue} and rate_limit is not null
       returning 1
     )

@@ -254,7 +254,8 @@ export function dispatchStatement(
          set last_served_at = excluded.last_served_at, served = p.served + excluded.served
     ), spent as (
       update stepkey.queues
-         set tokens = s.tokens - (select count(*) from started), refilled_at = ${now}
+         -- Never moved back: a transaction that began before the last refill does not credit its time again.
+         set tokens = s.tokens - (select count(*) from started), refilled_at = greatest(refilled_at, ${now})
         from settings s
        where queues.name = ${queue} and s.rate_limit is not null and ${locked}
     )
