@@ -59,7 +59,8 @@ async function main(): Promise<void> {
   const workflow = killOrder(paymentsUrl);
   const engine = createEngine({ database, workflows: [workflow], onError: () => {} });
   engine.startSweeper();
-  await runWorker({ database, effects: [received], concurrency: 2, onError: () => {} });
+  // A short lease: the jobs a killed process had locked are taken back by the next one soon.
+  await runWorker({ database, effects: [received], concurrency: 2, leaseMs: 2_000, onError: () => {} });
   const left = Array.from({ length: Number(count) }, (_, i) => i);
   let done = 0;
   const one = async (i: number): Promise<void> => {
