@@ -43,14 +43,27 @@ export class CitusMissingError extends Error {
 }
 
 /**
- * Whether stepkey's tables are distributed by Citus in the database `q`
- * reaches — checked once, by an engine's flow control, whose dispatch then
- * takes the steps Citus can run (lifecycle/dispatch-distributed.ts).
+ * Whether stepkey's tables are distributed by Citus in the database `sql`
+ * reaches — asked once per pool (flow control and step limits share the
+ * answer; a failed check is asked again): a queue's dispatch then takes the
+ * steps Citus can run (lifecycle/dispatch-distributed.ts), a step limit is refused.
  */
-export async function tablesDistributed(q: postgres.Sql | postgres.TransactionSql): Promise<boolean> {
-  const [ext] = await q<{ citus: boolean }[]>`select exists (select 1 from pg_extension where extname = 'citus') as citus`;
+export function tablesDistributed(sql: postgres.ISql): Promise<boolean> {
+  let known = distributedByPool.get(sql);
+  if (!known) {
+    known = readDistributed(sql);
+    distributedByPool.set(sql, known);
+    known.catch(() => distributedByPool.delete(sql));
+  }
+  return known;
+}
+
+const distributedByPool = new WeakMap<postgres.ISql, Promise<boolean>>();
+
+async function readDistributed(sql: postgres.ISql): Promise<boolean> {
+  const [ext] = await sql<{ citus: boolean }[]>`select exists (select 1 from pg_extension where extname = 'citus') as citus`;
   if (!ext?.citus) return false;
-  const [table] = await q<{ distributed: boolean }[]>`
+  const [table] = await sql<{ distributed: boolean }[]>`
     select exists (select 1 from pg_dist_partition where logicalrelid = 'stepkey.queue_entries'::regclass) as distributed`;
   return table?.distributed ?? false;
 }

@@ -3,13 +3,14 @@
  * (`steps.x.child(workflow, input, { queue })`, src/workflow/waits/queued-child.ts):
  * the child's entry is computed as engine.enqueue computes a run's (the queue
  * registered, the priority in range, partitionBy on the child's parsed
- * input), and put in line under the queue's two locks, as an enqueue's is,
- * in the parent's step transaction. Only dispatch starts the child, under the
- * queue's lock, so the queue's concurrency — whole and per partition —
- * counts children exactly like runs enqueued by the engine.
+ * input), and put in line in the parent's step transaction without the
+ * queue's lock, as an enqueue that finds the lock held puts its run (an entry
+ * waiting is never a slot granted): the parent's commit never waits behind a
+ * dispatch. Only dispatch starts the child, under the queue's lock, after
+ * that commit, so the queue's concurrency — whole and per partition — counts
+ * children exactly like runs enqueued by the engine.
  */
 import type { Clock } from '../db/clock.js';
-import { lockQueueRowStatement, lockQueueStatement } from '../lifecycle/dispatch.js';
 import type { ChildQueues } from '../workflow/waits/queued-child.js';
 import { assertValidPriority, partitionOf } from './define-queue.js';
 import type { FlowControl } from './flow-control.js';
@@ -24,10 +25,7 @@ export function childQueues(flow: FlowControl, clock: Clock, dispatchQueue: (que
       return { queue: queue.name, partition: partitionOf(queue, input, child), priority, delayMs: 0 };
     },
     ready: () => flow.ready(),
-    statements: (q, child, entry) =>
-      [lockQueueStatement(q, [entry.queue], false, flow.plans), lockQueueRowStatement(q, entry.queue, false), insertEntryStatement(q, clock, child, entry)] as unknown as ReturnType<
-        ChildQueues['statements']
-      >,
+    statements: (q, child, entry) => [insertEntryStatement(q, clock, child, entry)],
     dispatch: (queue, parentParks) => dispatchQueue(queue, parentParks ? 1 : 0),
   };
 }

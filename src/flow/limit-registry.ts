@@ -88,8 +88,10 @@ export class LimitRegistry implements StepLimits {
         },
       )
       .catch((error: unknown) => {
+        // A database error is tried again at the next acquire; the refusal on Citus stands.
+        if (error instanceof StepkeyError) throw error;
         this.#settings = undefined;
-        throw error instanceof StepkeyError ? error : translateDatabaseError(error, 'writing limit settings');
+        throw translateDatabaseError(error, 'writing limit settings');
       });
     return this.#settings;
   }

@@ -17,9 +17,10 @@ export interface TestDatabase extends Database {
 }
 
 /**
- * The file runs against a Citus cluster (the Citus stage). Queues and step
- * limits do not run on Citus yet (docs/many-machines.md): a case that needs
- * one is marked `it.skipIf(onCitus())` and runs in every other stage.
+ * The file runs against a Citus cluster (the Citus stage). A case that
+ * cannot run there (docs/many-machines.md: step limits, a probe of a lock
+ * waited for on a worker) is marked `it.skipIf(onCitus())` and runs in every
+ * other stage.
  */
 export const onCitus = (): boolean => (inject('citusWorkers')?.length ?? 0) > 0;
 

@@ -14,7 +14,6 @@ import { slotBackstopMs } from '../../src/flow/limit-acquire.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { createEngine } from '../../src/engine/engine.js';
-import { isStepkeyError } from '../../src/errors/stepkey-error.js';
 import { NonRetryableError } from '../../src/ledger/outcome.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
@@ -22,6 +21,7 @@ import { uniqueKey } from '../helpers/ledger.js';
 import { gates, waitForRunsToEnd } from '../helpers/flow.js';
 import { limitHeld, runRow } from '../helpers/limits.js';
 import { LONG_LEASE_MS } from '../helpers/patience.js';
+import { expectRefused } from '../helpers/refused.js';
 
 const db = useTestDatabase();
 
@@ -380,16 +380,7 @@ describe('step limits', () => {
 });
 
 describe('bad input', () => {
-  const refused = (make: () => unknown, pattern: RegExp) => {
-    let caught: unknown;
-    try {
-      make();
-    } catch (error) {
-      caught = error;
-    }
-    expect(isStepkeyError(caught)).toBe(true);
-    expect((caught as Error).message).toMatch(pattern);
-  };
+  const refused = expectRefused;
 
   it('refuses a bad limit, a bad step option and a step naming a limit the engine does not register', async () => {
     refused(() => defineLimit({ name: 'x', concurrency: 0 }), /Limit 'x': concurrency must be a whole number above 0, got 0/);

@@ -98,6 +98,29 @@ describe('expiry and purge', () => {
     expect(left.map((row) => row.key)).toEqual(['working', 'young']);
   });
 
+  it('purges past a batch of expired children whose parent is unfinished: they are kept, what expired after them goes', async () => {
+    const ledger = testLedger(db(), { retentionMs: HOUR });
+    const scope = uniqueKey('kept-kids');
+    const parent = `${scope}-parent`;
+    await db().sql`
+      insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, version, input, lease_token, locked_until)
+      values (${scope}, ${parent}, 'run', 'wf', 'fp', 'in_progress', 1, '{}', ${randomUUID()}::uuid, now() + interval '1 hour')`;
+    // Three ended children of the unfinished parent, expired before anything else in the batch.
+    for (let i = 0; i < 3; i++) {
+      await db().sql`
+        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, outcome, outcome_ok, version, input, parent_run, expires_at)
+        values (${scope}, ${`${scope}-kid-${i}`}, 'run', 'wf-child', 'fp', 'completed', '1', true, 1, '{}', ${parent}, now() - interval '2 hours')`;
+    }
+    await completed(ledger, scope, 'later');
+    ledger.clock.advance(HOUR + 1);
+
+    // A batch of two: before, it read the two oldest (kept children) every time and purged nothing.
+    const purged = await ledger.purge({ batchSize: 2 });
+    expect(purged.roots).toBeGreaterThanOrEqual(1);
+    const left = await db().sql<{ key: string }[]>`select key from stepkey.ledger where scope = ${scope} order by key`;
+    expect(left.map((row) => row.key)).toEqual([`${scope}-kid-0`, `${scope}-kid-1`, `${scope}-kid-2`, parent]);
+  });
+
   it('forgets an expired run without its child run being resumed at that moment, which keeps its steps', async () => {
     const ledger = testLedger(db(), { retentionMs: HOUR });
     const parent = uniqueKey('parent');

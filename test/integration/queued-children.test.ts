@@ -68,6 +68,22 @@ const month = defineWorkflow({
   },
 });
 
+let afterFails = true;
+const flakyMonth = defineWorkflow({
+  name: 'qc-flaky-month',
+  version: 1,
+  input: z.object({ tenant: z.string(), id: z.string() }),
+  steps: { report: step('report.v1'), after: step('after.v1', { retry: { attempts: 1 } }) },
+  async run({ input, steps }) {
+    const rendered = await steps.report.child(render, input, { queue: reports });
+    await steps.after.tx(async () => {
+      if (afterFails) throw new Error('filing is down');
+      return 'filed';
+    });
+    return { pages: rendered.pages };
+  },
+});
+
 describe('a child on a queue', () => {
   it('waits in line for a slot, parked, with its parent parked on it; a slot given back starts it, and its end wakes the parent', async () => {
     const engine = engineFor([month, render], { queues: [reports] });
@@ -161,8 +177,8 @@ describe('a child on a queue', () => {
         },
       });
     const cases: [unknown, RegExp, string][] = [
-      [{ queue: 'nope' }, /Queue 'nope' is not registered with this engine \(registered: qc-reports\)/, 'invalid_options'],
-      [{ queue: reports, priority: 5000 }, /priority must be a whole number from -1000 to 1000, got 5000/, 'invalid_options'],
+      [{ queue: 'nope' }, /Step 'kid.v1': Queue 'nope' is not registered with this engine \(registered: qc-reports\)/, 'invalid_options'],
+      [{ queue: reports, priority: 5000 }, /Step 'kid.v1': .*priority must be a whole number from -1000 to 1000, got 5000/, 'invalid_options'],
       [{ priority: 1 }, /Step 'kid.v1': priority 1 needs a queue/, 'invalid_options'],
     ];
     for (const [options, message, code] of cases) {
@@ -181,5 +197,17 @@ describe('a child on a queue', () => {
     const error = await noQueues.run(wf, ref, {}).catch((e: unknown) => e);
     expect((error as Error).message).toMatch(/Step 'kid.v1': queue 'qc-reports' is not registered with this engine \(registered: none\)/);
     expect(await childOf(ref)).toBeUndefined();
+  });
+
+  it('replays its finished child step in a process that does not register the queue: the resumed parent completes', async () => {
+    const withQueue = engineFor([flakyMonth, render], { queues: [reports] });
+    const parent = { scope: 'acme', key: uniqueKey('qc-replay') };
+    afterFails = true;
+    await expect(withQueue.run(flakyMonth, parent, { tenant: 'r', id: parent.key })).rejects.toThrow(/filing is down/);
+    expect(await status(parent)).toBe('failed');
+    afterFails = false;
+    // Resumed where the queue is not registered: the child step replays from its record.
+    const without = engineFor([flakyMonth, render]);
+    expect(await without.run(flakyMonth, parent, { tenant: 'r', id: parent.key })).toEqual({ pages: parent.key.length });
   });
 });

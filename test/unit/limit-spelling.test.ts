@@ -8,19 +8,9 @@
 import { describe, expect, it } from 'vitest';
 import { defineLimit } from '../../src/flow/define-limit.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
-import { isStepkeyError } from '../../src/errors/stepkey-error.js';
+import { expectRefused } from '../helpers/refused.js';
 
-const refused = (make: () => unknown, pattern: RegExp) => {
-  let caught: unknown;
-  try {
-    make();
-  } catch (error) {
-    caught = error;
-  }
-  expect(isStepkeyError(caught)).toBe(true);
-  expect(caught).toMatchObject({ code: 'definition_error' });
-  expect((caught as Error).message).toMatch(pattern);
-};
+const refused = (make: () => unknown, pattern: RegExp) => expectRefused(make, pattern, 'definition_error');
 
 describe('slots per partition of a limit', () => {
   it('are spelled perPartition: { concurrency }, as a queue’s; concurrency alone bounds the whole limit', () => {

@@ -21,8 +21,9 @@ wait for each other; running it again applies nothing new.
 
 --citus (on a database with the citus extension and its workers added):
 then distributes stepkey's scoped tables by scope, co-located with
-stepkey.ledger, and prints where each table lives; queues, limits, the inbox
-and graphile-worker's jobs stay on the coordinator. Idempotent.`,
+stepkey.ledger, and prints where each table lives; the settings and
+partitions of queues and limits, the inbox and graphile-worker's jobs stay on
+the coordinator. Idempotent.`,
   positionals: [],
   options: {
     citus: { type: 'boolean', description: "distribute stepkey's scoped tables by scope (Citus)" },

@@ -29,10 +29,19 @@ export async function purgeExpiredRows(
     select l.scope, l.key
       from stepkey.ledger l
      where l.parent_key is null and l.expires_at <= ${sqlNow(q, clock)} and l.status <> 'in_progress'
+       -- Never a child run whose parent is unfinished (purgeScope keeps it): a batch of those alone
+       -- would be read again and again, and nothing behind them purged.
+       and (l.parent_run is null or not exists (
+             select 1 from stepkey.ledger p
+              where p.scope = l.scope and p.key = l.parent_run and p.status in ('in_progress', 'waiting', 'failed')))
      order by l.expires_at
      limit ${batchSize}`;
   const byScope = new Map<string, string[]>();
-  for (const { scope, key } of candidates) byScope.set(scope, [...(byScope.get(scope) ?? []), key]);
+  for (const { scope, key } of candidates) {
+    const keys = byScope.get(scope);
+    if (keys) keys.push(key);
+    else byScope.set(scope, [key]);
+  }
   const total = { roots: 0, children: 0 };
   for (const [scope, keys] of byScope) {
     const purged = await purgeScope(q, clock, scope, keys);

@@ -14,11 +14,15 @@
  * whole queue is not a fixed number; `queueWaiting` says how many wait in
  * all.
  *
- * Computed only for the runs asked for (a page's rows): their entries in one
- * statement, then one count over the queue's waiting entries per entry.
+ * Computed only for the runs asked for (a page's rows). On one PostgreSQL in
+ * one statement: two index ranges of queue_entries_waiting_idx per run. On
+ * Citus, which refuses a correlated count across shards, their entries in one
+ * statement, then one uncorrelated count over the queue's waiting entries per
+ * entry.
  */
 import type { Queryable } from '../../db/connect.js';
 import type { KeyRef } from '../../ledger/types.js';
+import { tablesDistributed } from '../../db/citus.js';
 
 export interface QueuePlace {
   queue: string;
@@ -45,6 +49,10 @@ const idOf = (ref: KeyRef) => `${ref.scope}\u0000${ref.key}`;
 export async function queuePlaces(q: Queryable, refs: readonly KeyRef[]): Promise<Map<string, QueuePlace>> {
   const places = new Map<string, QueuePlace>();
   if (refs.length === 0) return places;
+  if (!(await tablesDistributed(q))) {
+    for (const { scope, key, ...place } of await placesStatement(q, refs)) places.set(idOf({ scope, key }), place);
+    return places;
+  }
   const entries = await q<(KeyRef & Omit<QueuePlace, 'position' | 'partitionWaiting' | 'queueWaiting'> & { seq: string })[]>`
     select e.scope, e.key, e.queue, e.partition, e.priority, e.holding, e.seq::text as seq,
            (extract(epoch from e.enqueued_at) * 1000)::float8 as "enqueuedAt",
@@ -70,6 +78,39 @@ export async function queuePlaces(q: Queryable, refs: readonly KeyRef[]): Promis
     });
   }
   return places;
+}
+
+/** The places of `refs` in one statement (one PostgreSQL). */
+function placesStatement(q: Queryable, refs: readonly KeyRef[]) {
+  return q<(QueuePlace & KeyRef)[]>`
+    with e as (
+      select e.* from unnest(${refs.map((ref) => ref.scope)}::text[], ${refs.map((ref) => ref.key)}::text[]) as r(scope, key)
+        join stepkey.queue_entries e on e.scope = r.scope and e.key = r.key
+    ), partitions as (
+      -- Each partition shown counted once, however many of its runs are shown.
+      select p.queue, p.partition,
+             (select count(*) from stepkey.queue_entries a
+               where a.queue = p.queue and a.partition = p.partition and not a.holding)::int as waiting
+        from (select distinct queue, partition from e) p
+    ), queues as (
+      select d.queue, (select count(*) from stepkey.queue_entries a where a.queue = d.queue and not a.holding)::int as waiting
+        from (select distinct queue from e) d
+    )
+    select e.scope, e.key, e.queue, e.partition, e.priority, e.holding,
+           case when e.holding then null
+                else 1 + (select count(*) from stepkey.queue_entries a
+                           where a.queue = e.queue and a.partition = e.partition and not a.holding
+                             and a.priority > e.priority)::int
+                       + (select count(*) from stepkey.queue_entries a
+                           where a.queue = e.queue and a.partition = e.partition and not a.holding
+                             and a.priority = e.priority and a.seq < e.seq)::int
+           end as position,
+           p.waiting as "partitionWaiting", d.waiting as "queueWaiting",
+           (extract(epoch from e.enqueued_at) * 1000)::float8 as "enqueuedAt",
+           (extract(epoch from e.not_before) * 1000)::float8 as "notBefore"
+      from e
+      join partitions p on p.queue = e.queue and p.partition = e.partition
+      join queues d on d.queue = e.queue`;
 }
 
 /** The place of one run, or undefined when it is on no queue. */

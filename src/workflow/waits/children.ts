@@ -58,10 +58,14 @@ function prepareChild(target: StepTarget, where: string, workflow: Workflow, inp
     });
   }
   let queue: { queues: ChildQueues; entry: ChildEntry; ready: Promise<void> } | undefined;
-  if (checked.queue !== undefined) {
+  const instance = stepInstanceName(declaration.name, checked.id);
+  // A step that finished, or whose child exists (the run parked on it), replays without its queue:
+  // a process that no longer registers the queue, or a partitionBy that changed, cannot fail it.
+  const childExists = state.record.finished.has(instance) || state.record.recordedWait(instance, 'child') !== undefined;
+  if (checked.queue !== undefined && !childExists) {
     const queues = requireChildQueues(where, state.deps.hooks.queues, checked.queue);
-    const key = childRunKey(childKey(state.rootKey, stepInstanceName(declaration.name, checked.id)));
-    const entry = queues.entry(definition, { scope: state.lease.scope, key }, parsed.data, checked);
+    const key = childRunKey(childKey(state.rootKey, instance));
+    const entry = namingStep(where, () => queues.entry(definition, { scope: state.lease.scope, key }, parsed.data, checked));
     // The queue's settings written to its row (once per engine) before the child goes in line; awaited in the step's decision.
     const ready = queues.ready();
     ready.catch(() => {});
@@ -71,6 +75,16 @@ function prepareChild(target: StepTarget, where: string, workflow: Workflow, inp
 }
 
 type Prepared = ReturnType<typeof prepareChild>;
+
+/** `work()`, its StepkeyError (a queue not registered, a priority out of range) prefixed with the step it came from. */
+function namingStep<T>(where: string, work: () => T): T {
+  try {
+    return work();
+  } catch (error) {
+    if (!(error instanceof StepkeyError) || error.message.startsWith(where)) throw error;
+    throw new StepkeyError(error.code, `${where}: ${error.message}`, { cause: error, details: error.details });
+  }
+}
 
 /**
  * Claims the child (inserted with a lease of this process's) and arranges its
