@@ -14,7 +14,8 @@ import { assertValidKey, assertValidScope } from '../keys/validate.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { RunStatusName } from '../read/run-status.js';
-import { endTree } from '../lifecycle/tree.js';
+import { endTreeIn } from '../lifecycle/tree.js';
+import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
 import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { runBefore } from './sql/run-before.js';
 
@@ -51,18 +52,18 @@ export async function cancelRunAction(sql: Sql, clock: Clock, ref: KeyRef, optio
   const descendant: StoredError = { name: 'RunCancelled', message: `cancelled with run '${ref.key}': ${reason}`, data: { root: ref.key } };
   try {
     const previous = await requireRun(sql, clock, ref);
-    let applied = false;
-    const cancelled = await endTree(sql, clock, ref, { status: 'cancelled', outcome, descendant }, options.retentionMs, async (tx, done) => {
-      applied = done.applied;
+    const cancelled = await inTransactionRetryingDeadlock(sql, async (tx) => {
+      const done = await endTreeIn(tx, clock, ref, { status: 'cancelled', outcome, descendant }, options.retentionMs);
       const children = done.keys.filter((key) => key !== ref.key);
       await insertAuditStatement(tx, clock, options.by, {
-        scope: ref.scope, action: 'cancel', key: ref.key, applied, detail: { reason, before: previous, ...(children.length ? { children } : {}) },
+        scope: ref.scope, action: 'cancel', key: ref.key, applied: done.applied, detail: { reason, before: previous, ...(children.length ? { children } : {}) },
       });
       for (const child of children) {
         await insertAuditStatement(tx, clock, options.by, { scope: ref.scope, action: 'cancel', key: child, applied: true, detail: { reason, root: ref.key } });
       }
+      return done;
     });
-    return { applied, previous, keys: cancelled.keys, parentRun: cancelled.parentRun };
+    return { applied: cancelled.applied, previous, keys: cancelled.keys, parentRun: cancelled.parentRun };
   } catch (error) {
     throw translateDatabaseError(error, 'cancelling a run');
   }

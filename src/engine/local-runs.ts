@@ -15,7 +15,7 @@ import type { KeyRef, Lease } from '../ledger/types.js';
 import { deadlineExceededOutcome } from '../lifecycle/deadline.js';
 import { failRunStatement } from '../lifecycle/fail.js';
 import { expireRunLease } from '../lifecycle/leases.js';
-import { endTree } from '../lifecycle/tree.js';
+import { endTreeIn } from '../lifecycle/tree.js';
 import { wakeParentStatements } from '../lifecycle/wake.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import type { Workflow } from '../workflow/define.js';
@@ -23,6 +23,7 @@ import { isUnavailable, type StopReason } from '../workflow/errors.js';
 import { executeRun, type Settled } from '../workflow/executor.js';
 import { settledFromRow } from '../workflow/outcomes.js';
 import { newRunState, type ChildStart, type RunState, type RunStateOptions } from '../workflow/run-state.js';
+import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
 import { loadRun, type LoadedRun } from '../workflow/sql/load-run.js';
 import { summarise } from '../workflow/values.js';
 import { inDatabase, type EngineCore } from './core.js';
@@ -229,7 +230,9 @@ export class LocalRuns {
       const outcome = deadlineExceededOutcome();
       const descendant: StoredError = { name: 'RunCancelled', message: `its ancestor run '${lease.key}' did not finish before its deadline`, data: { root: lease.key } };
       const ended = await inDatabase('ending a run at its deadline', () =>
-        endTree(sql, clock, lease, { status: 'deadline_exceeded', outcome, descendant, fence: lease }, settings.retentionMs),
+        inTransactionRetryingDeadlock(sql, (tx) =>
+          endTreeIn(tx, clock, lease, { status: 'deadline_exceeded', outcome, descendant, fence: lease }, settings.retentionMs),
+        ),
       );
       if (ended.applied) {
         this.stop(lease.scope, ended.keys.slice(1), 'lease_lost');

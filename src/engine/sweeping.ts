@@ -13,8 +13,9 @@ import type { StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import { deadlineExceededOutcome } from '../lifecycle/deadline.js';
 import { sweepExpiredRuns } from '../lifecycle/sweep.js';
-import { endTree } from '../lifecycle/tree.js';
+import { endTreeIn } from '../lifecycle/tree.js';
 import { instrument } from '../telemetry/instrumentation.js';
+import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
 import { inDatabase, type EngineCore } from './core.js';
 
 /** Runs past their deadline one sweep ends at most. */
@@ -112,7 +113,9 @@ export class Sweeper {
     const outcome = deadlineExceededOutcome();
     const descendant: StoredError = { name: 'RunCancelled', message: `its ancestor run '${ref.key}' did not finish before its deadline`, data: { root: ref.key } };
     const ended = await inDatabase('ending a run at its deadline', () =>
-      endTree(core.sql, core.clock, ref, { status: 'deadline_exceeded', outcome, descendant, pastDeadline: true }, core.settings.retentionMs),
+      inTransactionRetryingDeadlock(core.sql, (tx) =>
+        endTreeIn(tx, core.clock, ref, { status: 'deadline_exceeded', outcome, descendant, pastDeadline: true }, core.settings.retentionMs),
+      ),
     );
     if (!ended.applied) return false;
     core.deps.log.info({ event: 'run.deadline_exceeded', scope: ref.scope, run: ref.key, cancelled: ended.keys.length - 1 }, `run '${ref.key}' passed its deadline`);

@@ -23,11 +23,10 @@
  * the lock waits is seen at the next level. Every statement names its scope,
  * the recursion's branch included.
  */
-import type { Queryable, Sql } from '../db/connect.js';
+import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { SqlText, StatementText } from '../db/statement-text.js';
-import { inTransaction, type TxSql } from '../db/transaction.js';
-import { isTransientConflict } from '../errors/pg-errors.js';
+import type { TxSql } from '../db/transaction.js';
 import { toJsonText, type StoredError } from '../ledger/outcome.js';
 import type { KeyRef, Lease } from '../ledger/types.js';
 import { lockParentStatement, wakeParentStatement } from './wake.js';
@@ -121,36 +120,17 @@ export function endTreeStatement(q: Queryable, clock: Clock, ref: KeyRef, end: T
 }
 
 /**
- * Ends the tree in one transaction (see above); `also` adds writes that
- * commit with it (an operator's audit rows). A deadlock with a child that
- * is finishing at the same moment (it locks itself, then its parent; this
- * locks down the tree) is retried.
+ * Ends the tree (see above) inside the caller's transaction; never commits.
+ * The caller opens one of its own when it has none, retrying it on a
+ * deadlock: a child finishing at the same moment locks itself, then its
+ * parent, while this locks down the tree (workflow/retrying-transaction.ts).
  */
-export async function endTree(
-  sql: Sql,
-  clock: Clock,
-  ref: KeyRef,
-  end: TreeEnd,
-  retentionMs: number,
-  also?: (tx: TxSql, ended: EndedTree) => Promise<unknown>,
-): Promise<EndedTree> {
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      return await inTransaction(sql, (tx) => endTreeIn(tx, clock, ref, end, retentionMs, also));
-    } catch (error) {
-      if (!isTransientConflict(error) || attempt >= 3) throw error;
-    }
-  }
-}
-
-/** endTree, inside the caller's transaction. */
 export async function endTreeIn(
   tx: TxSql,
   clock: Clock,
   ref: KeyRef,
   end: TreeEnd,
   retentionMs: number,
-  also?: (tx: TxSql, ended: EndedTree) => Promise<unknown>,
 ): Promise<EndedTree> {
   for (let level = [ref.key], depth = 0; level.length > 0 && depth <= MAX_DEPTH; depth += 1) {
     level = await lockLevelStatement(tx, ref.scope, level, depth === 0);
@@ -162,7 +142,5 @@ export async function endTreeIn(
     await lockParentStatement(tx, ref.scope, parentRun);
     await wakeParentStatement(tx, clock, ref.scope, parentRun, ref.key);
   }
-  const ended = { applied: root !== undefined, keys: rows.map((row) => row.key), parentRun };
-  await also?.(tx, ended);
-  return ended;
+  return { applied: root !== undefined, keys: rows.map((row) => row.key), parentRun };
 }
