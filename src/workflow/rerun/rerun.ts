@@ -24,7 +24,8 @@ import type { KeyRef, Lease } from '../../ledger/types.js';
 import { readAttempts } from '../effects/sql/read-attempts.js';
 import { runStatusOf, type RunStatus } from '../../lifecycle/states.js';
 import type { WorkflowRegistry } from '../registry.js';
-import { copyStepsStatement, linkRerunStatement } from './sql/copy-steps.js';
+import { linkRerunStatement } from '../../lifecycle/rerun.js';
+import { copyStepsStatement } from './sql/copy-steps.js';
 
 export interface RerunOptions {
   /** The step to execute again from (its instance name, as inspect shows it). */
