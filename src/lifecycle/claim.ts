@@ -5,7 +5,7 @@
  * row already there) with a run's own rare paths: a lease that ran out or a
  * failed run is taken over — a failed run on a queue going back in line for
  * a slot — and an expired run is forgotten with everything under it
- * (take-over.ts).
+ * (take-over.ts, expire.ts).
  */
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';

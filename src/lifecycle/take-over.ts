@@ -20,8 +20,9 @@
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow } from '../db/clock.js';
 import type { ClaimPaths } from '../ledger/claim.js';
-import { forgetExpiredRow, type TakenOver } from '../ledger/sql/takeover.js';
+import type { TakenOver } from '../ledger/sql/takeover.js';
 import type { ClaimRequest } from '../ledger/types.js';
+import { forgetExpiredRun } from './expire.js';
 import { backInLine, lineOf, resumedSet } from './requeue.js';
 
 
@@ -57,5 +58,5 @@ export async function takeOverRun(
   return rows[0];
 }
 
-/** A run's claim takes over with the statement above, and forgets as any key (see ledger/claim.ts). */
-export const runClaimPaths: ClaimPaths = { takeover: takeOverRun, forget: forgetExpiredRow };
+/** A run's claim takes over with the statement above, and forgets an expired run as any key (expire.ts). */
+export const runClaimPaths: ClaimPaths = { takeover: takeOverRun, forget: forgetExpiredRun };

@@ -6,7 +6,10 @@
  * alone: no other file holds an UPDATE of the ledger that sets a status —
  * but the ledger's own, which writes the status of any key through its
  * public API (requests, effects), and which nothing above it uses to write a
- * run's (a run's claim takes over through the lifecycle).
+ * run's (a run's claim takes over through the lifecycle). A row comes into
+ * being with a status only through a claim: no file but the lifecycle's and
+ * the ledger's claim (and its finish, which writes a key that is not a run
+ * completed at once) holds an INSERT into the ledger that sets one.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
@@ -52,6 +55,13 @@ function files(dir: string): string[] {
 }
 
 const folderOf = (path: string) => relative(src, path).split(sep)[0]!;
+
+/** Whether SQL in `text` inserts into the ledger with a status: named in its column list, or no column list (every column). */
+function insertsStatus(text: string): boolean {
+  return [...text.matchAll(/insert\s+into\s+"?stepkey"?\."?ledger"?(?![\w"])\s*(\(([^)]*)\))?/gi)].some(
+    (m) => m[1] === undefined || /\bstatus\b/i.test(m[2]!),
+  );
+}
 const imports = (text: string) => [...text.matchAll(/(?:import|export)\s[^'"]*?from\s+'(\.[^']+)'|import\(\s*'(\.[^']+)'\s*\)/g)].map((m) => (m[1] ?? m[2])!);
 
 describe('layers', () => {
@@ -93,11 +103,29 @@ describe('layers', () => {
     expect([...new Set(writers)]).toEqual([]);
   });
 
+  it('inserts a row with a status only in src/lifecycle and the ledger’s claim (and finish)', () => {
+    // The ledger's claim of a key (a run's too, through lifecycle/claim.ts); its finish writes a
+    // key that is not a run (a folded request, an effect) completed at once.
+    const allowed = new Set([join('ledger', 'sql', 'claim.ts'), join('ledger', 'sql', 'finish.ts')]);
+    const inserters = all
+      .filter((file) => folderOf(file) !== 'lifecycle' && !allowed.has(relative(src, file)))
+      .filter((file) => insertsStatus(readFileSync(file, 'utf8')))
+      .map((file) => relative(src, file));
+    expect(inserters).toEqual([]);
+  });
+
+  it('would see an INSERT that sets a status', () => {
+    expect(insertsStatus("q`\n    insert into stepkey.ledger\n      (scope, key, kind, status)\n    values (${a}, ${b}, 'run', 'in_progress')`")).toBe(true);
+    expect(insertsStatus('insert into "stepkey"."ledger" select * from old')).toBe(true);
+    expect(insertsStatus('insert into stepkey.ledger (scope, key, fingerprint) values ($1, $2, $3)')).toBe(false);
+    expect(insertsStatus("insert into stepkey.steps (scope, key, status) values ($1, $2, 'done')")).toBe(false);
+  });
+
   it('leaves the ledger’s status writes to the ledger: nothing above it moves a run with them', () => {
     const users = all.filter(
       (file) => folderOf(file) !== 'ledger' && /ledger\/sql\/(finish|takeover)\.js'/.test(readFileSync(file, 'utf8')),
     );
-    // An expired run is forgotten as any key is; an effect's key is written completed by the outbox.
-    expect(users.map((file) => relative(src, file)).sort()).toEqual(['lifecycle/take-over.ts', 'outbox/enqueue.ts']);
+    // An expired run is forgotten as any key is (lifecycle/expire.ts names the statement); an effect's key is written completed by the outbox.
+    expect(users.map((file) => relative(src, file)).sort()).toEqual(['lifecycle/expire.ts', 'lifecycle/take-over.ts', 'outbox/enqueue.ts']);
   });
 });

@@ -27,7 +27,8 @@ import { ChildRunError, isChildRunErrorData, type ChildEnd } from './child-error
 import type { ResolvedDeadline } from '../../lifecycle/deadline.js';
 import { runWait, type WaitDecision } from './settle.js';
 import { activeTraceContext } from '../../telemetry/tracing.js';
-import { insertChildStatement, readChildStatement, type ChildRow } from './sql/child-runs.js';
+import { readChildStatement, type ChildRow } from './sql/child-runs.js';
+import { insertChildStatement } from '../../lifecycle/child-claim.js';
 import { parkStatement } from '../../lifecycle/park.js';
 import { slotWait } from '../../lifecycle/slot-wait.js';
 import { childOptions, requireChildQueues, type ChildEntry, type ChildOptions, type ChildQueues } from './queued-child.js';
