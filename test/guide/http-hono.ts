@@ -12,7 +12,10 @@ const placeOrder = defineWorkflow({
   steps: { record: step('record-order.v1', { output: z.object({ orderId: z.number() }) }) },
   async run({ input, steps, ctx }) {
     return steps.record.tx(async (_db, { sql }) => {
-      const [row] = await sql`insert into orders (tenant, sku, quantity) values (${ctx.scope}, ${input.sku}, ${input.quantity}) returning id`;
+      const [row] = await sql`
+        insert into orders (tenant, sku, quantity)
+        values (${ctx.scope}, ${input.sku}, ${input.quantity})
+        returning id`;
       return { orderId: Number(row!.id) };
     });
   },
@@ -29,15 +32,21 @@ const idempotency = createFetchIdempotency<{ get(name: 'tenant'): string | undef
   scope: (_request, c) => c?.get('tenant'),
 });
 
-// The run under the caller's key: its result (201 here), 202 while it waits, its stored outcome on every replay.
+// The run under the caller's key: its result (201 here), 202 while it waits,
+// its stored outcome on every replay.
 const orders = idempotency.workflow(placeOrder, {
   route: 'orders.place',
-  respond: ({ output }) => ({ status: 201, headers: { location: `/v1/orders/${output.orderId}` }, body: output }),
+  respond: ({ output }) => ({
+    status: 201,
+    headers: { location: `/v1/orders/${output.orderId}` },
+    body: output,
+  }),
 });
 
 const app = new Hono<Env>();
 app.use(async (c, next) => {
-  c.set('tenant', /^Bearer (\w+)$/.exec(c.req.header('authorization') ?? '')?.[1]); // your real authentication
+  // Your real authentication.
+  c.set('tenant', /^Bearer (\w+)$/.exec(c.req.header('authorization') ?? '')?.[1]);
   await next();
 });
 app.post('/v1/orders', (c) => orders(c.req.raw, c));
