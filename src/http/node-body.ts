@@ -1,10 +1,12 @@
 /**
  * A Node request's body for stepkey/http: read from the stream, as received,
- * up to the route's limit (413 past it). Where a body parser already read it
- * (Express's express.json(): `req.body` set, the stream consumed), the parsed
- * JSON value is fingerprinted by its canonical JSON instead; any other body a
- * parser consumed (a Buffer, text, a form) is refused with a 500 that says
- * how to mount the handler, since its bytes are gone and its value is not JSON.
+ * up to the route's limit (413 past it). Where a body parser already ran —
+ * the stream consumed (Express's express.json()), or `req.body` set by one
+ * that left the stream as it was (a framework or platform that read the body
+ * itself) — the parsed JSON value is fingerprinted by its canonical JSON
+ * instead; any other body a parser took (a Buffer, text, a form) is refused
+ * with a 500 that says how to mount the handler, since its bytes are gone and
+ * its value is not JSON.
  */
 import type { IncomingMessage } from 'node:http';
 import { Refusal } from '../idempotency/refusal.js';
@@ -31,8 +33,23 @@ function consumedByParser(req: ParsedRequest): RequestBody {
   );
 }
 
+/**
+ * Whether a body parser ran before the handler: the stream has ended, or a
+ * parser set `req.body`. An empty `{}` on a stream not yet read is not a
+ * parsed body: body-parser 1.x (Express 4) sets it before deciding that the
+ * request is not its content type, and leaves the bytes in the stream.
+ */
+function parsedBefore(req: ParsedRequest): boolean {
+  if (req.readableEnded) return true;
+  const { body } = req;
+  if (body === undefined) return false;
+  const placeholder =
+    body !== null && typeof body === 'object' && Object.getPrototypeOf(body) === Object.prototype && Object.keys(body).length === 0;
+  return !placeholder;
+}
+
 export async function readNodeBody(req: ParsedRequest, maxBytes: number): Promise<RequestBody> {
-  if (req.readableEnded) return consumedByParser(req);
+  if (parsedBefore(req)) return consumedByParser(req);
   const declared = Number(req.headers['content-length']);
   if (Number.isFinite(declared) && declared > maxBytes) {
     req.resume();

@@ -3,11 +3,12 @@
  * adapters: bodies that are not JSON (multipart by its parts, whatever the
  * boundary; other bytes by their bytes and content type), a JSON body that
  * does not parse, a body over the limit, the answers a handler returns (a
- * 503 never stored, headers replayed from a fixed list, a non-retryable
- * error stored, an answer that is not one), an optional key, the methods
- * that are keyed — and Express with a body parser in front.
+ * 503 and a 401, 403, 408, 409 or 429 never stored, headers replayed from a
+ * fixed list, a non-retryable error stored, an answer that is not one), an
+ * optional key, the methods that are keyed — and Express with a body parser
+ * in front, and a parser that sets req.body and leaves the stream unended.
  */
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { serve } from '@hono/node-server';
 import postgres from 'postgres';
@@ -34,7 +35,8 @@ async function respond(call: HandlerCall): Promise<HandlerAnswer> {
   runs.set(key, (runs.get(key) ?? 0) + 1);
   seenTypes.push(call.body.contentType ?? '');
   await sql`insert into http_calls (key) values (${key})`;
-  const kind = (call.body.json as { kind?: string } | undefined)?.kind;
+  const { kind, status } = (call.body.json ?? {}) as { kind?: string; status?: number };
+  if (kind === 'status') return { status: status!, headers: { 'retry-after': '3', 'x-answered': String(status) }, body: { refused: status } };
   if (kind === 'unavailable') return { status: 503, headers: { 'retry-after': '7' }, body: { error: 'try later' } };
   if (kind === 'cookie') return { status: 201, headers: { 'set-cookie': 'session=1', 'x-request-id': key, location: '/things/1', etag: '"v1"' }, body: 'made' };
   if (kind === 'declined') throw new NonRetryableError('card declined', { code: 'PRECONDITION_FAILED' });
@@ -159,6 +161,31 @@ describe.each(['node', 'fetch'] as const)('stepkey/http (%s)', (adapter) => {
     expect(await stored(key)).toBe(0);
   });
 
+  it.each([401, 403, 408, 409, 429])('sends a %i the handler returns as it is, never stores it and rolls its writes back', async (status) => {
+    const key = uniqueKey(adapter);
+    const json = { 'content-type': 'application/json' };
+    for (let attempt = 1; attempt <= 2; attempt += 1) {
+      const answer = await post(key, JSON.stringify({ kind: 'status', status }), json);
+      expect(answer.status).toBe(status);
+      expect(JSON.parse(answer.body)).toEqual({ refused: status });
+      expect(answer.headers.get('content-type')).toBe('application/json');
+      expect(answer.headers.get('retry-after')).toBe('3');
+      expect(answer.headers.get('x-answered')).toBe(String(status));
+      expect(answer.headers.get('idempotent-replayed')).toBeNull();
+      // The retry ran the handler again; its insert, made in the claim's transaction, rolled back.
+      expect(runs.get(key)).toBe(attempt);
+      expect(await written(key)).toBe(0);
+      expect(await stored(key)).toBe(0);
+    }
+    // Nothing holds the key: another body with it runs, and its 2xx commits with its writes.
+    const created = await post(key, JSON.stringify({ kind: 'created' }), json);
+    expect(created.status).toBe(201);
+    expect(created.headers.get('idempotent-replayed')).toBeNull();
+    expect(runs.get(key)).toBe(3);
+    expect(await written(key)).toBe(1);
+    expect(await stored(key)).toBe(1);
+  });
+
   it('replays the stored headers (the representation’s own) and not the others, and its writes commit', async () => {
     const key = uniqueKey(adapter);
     const first = await post(key, JSON.stringify({ kind: 'cookie' }), { 'content-type': 'application/json' });
@@ -219,6 +246,79 @@ describe('stepkey/http behind Express', () => {
     expect(JSON.parse(listed.body)).toEqual({ listed: true });
     const created = await ask(`${bases.express}/calls`, { method: 'POST', headers: keyed(key), body: 'raw bytes' });
     expect(created.status).toBe(201);
+  });
+});
+
+/**
+ * A POST whose JSON body is written as one chunk of a request that is never
+ * ended; its answer, as soon as it comes (then the request is dropped).
+ */
+function postUnended(url: string, headers: Record<string, string>, chunk: string): Promise<{ status: number; headers: IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(url, { method: 'POST', headers: { ...headers, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (text: string) => (body += text));
+      response.on('end', () => {
+        resolve({ status: response.statusCode!, headers: response.headers, body });
+        request.destroy();
+      });
+    });
+    request.on('error', reject);
+    request.write(chunk);
+  });
+}
+
+describe('stepkey/http behind a parser that sets req.body and leaves the stream unended', () => {
+  it('fingerprints the value the parser set, without waiting for the stream’s end', async () => {
+    const idempotency = createNodeIdempotency({ ledger: new Ledger({ sql: db().sql }), scope: (req: IncomingMessage) => tenantOf(req.headers.authorization), logger: silentLogger });
+    const handler = idempotency.handler({ route: 'preparsed' }, (_req, call) => {
+      const { key } = call.idempotency;
+      runs.set(key, (runs.get(key) ?? 0) + 1);
+      return { status: 201, body: { json: call.body.json } };
+    });
+    // The "parser": takes the body's first chunk, parses it into req.body, and leaves the stream
+    // paused and unended (as a framework that read the body itself may), then calls the handler.
+    const base = await listen(
+      createServer((req, res) => {
+        req.once('data', (chunk: Buffer) => {
+          req.pause();
+          (req as IncomingMessage & { body?: unknown }).body = JSON.parse(chunk.toString('utf8'));
+          void handler(req, res);
+        });
+      }),
+    );
+    const key = uniqueKey('preparsed');
+    const first = await postUnended(`${base}/v1/things`, keyed(key), '{"sku":"a-1","quantity":2}');
+    expect(first.status).toBe(201);
+    expect(JSON.parse(first.body)).toEqual({ json: { sku: 'a-1', quantity: 2 } });
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    // The same value with its keys reordered is the same request: the stored answer, replayed.
+    const again = await postUnended(`${base}/v1/things`, keyed(key), '{"quantity":2,"sku":"a-1"}');
+    expect(again.status).toBe(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toBe(first.body);
+    expect(runs.get(key)).toBe(1);
+    expect((await postUnended(`${base}/v1/things`, keyed(key), '{"sku":"a-1","quantity":3}')).status).toBe(422);
+  });
+
+  it('reads the stream when req.body is an empty {} left on it unread (body-parser 1.x, Express 4)', async () => {
+    const idempotency = createNodeIdempotency({ ledger: new Ledger({ sql: db().sql }), scope: () => 'acme', logger: silentLogger });
+    const handler = idempotency.handler({ route: 'placeholder' }, (_req, call) => ({
+      status: 201,
+      body: { type: call.body.contentType, text: Buffer.from(call.body.bytes).toString('utf8') },
+    }));
+    const base = await listen(
+      createServer((req, res) => {
+        (req as IncomingMessage & { body?: unknown }).body = {};
+        void handler(req, res);
+      }),
+    );
+    const key = uniqueKey('placeholder');
+    const first = await ask(`${base}/`, { method: 'POST', headers: { ...keyed(key), 'content-type': 'text/plain' }, body: 'hello' });
+    expect(first.status).toBe(201);
+    expect(JSON.parse(first.body)).toEqual({ type: 'text/plain', text: 'hello' });
+    expect((await ask(`${base}/`, { method: 'POST', headers: { ...keyed(key), 'content-type': 'text/plain' }, body: 'hello!' })).status).toBe(422);
   });
 });
 
