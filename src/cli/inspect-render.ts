@@ -4,17 +4,17 @@
  */
 import type { LedgerRow } from '../ledger/sql/read.js';
 import { failedRunErrorId } from '../errors/error-id.js';
+import { runStatusOf } from '../lifecycle/states.js';
 import { errorLine, errorMessage, formatDuration, isoOrNull, plural, relative, summarizeOutcome, truncate } from './format.js';
 import type { AttemptRecord } from '../workflow/effects/attempts.js';
 import { attemptInfo, effectSummary } from '../workflow/effects/attempt-view.js';
 import type { DerivedItem, InspectedKey, Inspection } from '../read/key-tree.js';
 import type { QueuePlace } from '../read/sql/queue-places.js';
 
-/** The status of a row that is not a matched run (whose status comes with it): "stuck" for a lapsed lease. */
+/** The status of a row that is not a matched run (whose status comes with it), named as a run's are: "stuck" for a lapsed lease. */
 export function displayStatus(row: LedgerRow, nowMs: number): string {
-  if (row.status === 'in_progress') return row.lockedUntil !== null && row.lockedUntil <= nowMs ? 'stuck' : 'in_progress';
-  if (row.status === 'completed' && row.outcomeOk === false) return 'completed (error)';
-  return row.status;
+  const { status } = runStatusOf(row);
+  return status === 'running' && row.lockedUntil !== null && row.lockedUntil <= nowMs ? 'stuck' : status;
 }
 
 function matchStatus(match: InspectedKey, nowMs: number): string {

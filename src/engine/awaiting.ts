@@ -10,10 +10,11 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { KeyRef } from '../ledger/types.js';
 import { claimRun } from '../lifecycle/claim.js';
 import { isEnded } from '../lifecycle/states.js';
+import type { Workflow, WorkflowResult } from '../workflow/define.js';
 import type { Settled } from '../workflow/executor.js';
 import { mismatchError, settledFromRow, unwrap } from '../workflow/outcomes.js';
 import { inDatabase, type EngineCore } from './core.js';
-import type { Fingerprints } from './options.js';
+import type { Fingerprints, RunHandle } from './options.js';
 
 /** Waits until the run has ended, here or elsewhere, and returns how. */
 export async function awaitRun(core: EngineCore, ref: KeyRef, fingerprints: Fingerprints): Promise<Settled> {
@@ -53,4 +54,16 @@ export async function awaitRun(core: EngineCore, ref: KeyRef, fingerprints: Fing
 /** The run's result, waiting for it wherever it executes. */
 export async function runResult(core: EngineCore, ref: KeyRef, fingerprints: Fingerprints): Promise<unknown> {
   return unwrap(core.registry, ref, await awaitRun(core, ref, fingerprints));
+}
+
+/** A caller's handle on a run: its `result()` waits for the run wherever it executes. */
+export function runHandle<W extends Workflow>(
+  core: EngineCore,
+  workflow: W,
+  ref: KeyRef,
+  rootKey: string | null,
+  started: boolean,
+  fingerprints: Fingerprints,
+): RunHandle<WorkflowResult<W>, W> {
+  return { workflow, scope: ref.scope, key: ref.key, rootKey, started, result: () => runResult(core, ref, fingerprints) as Promise<WorkflowResult<W>> };
 }

@@ -2,7 +2,7 @@
  * Claiming a run: its input checked and fingerprinted, its key claimed
  * (lifecycle/claim.ts), and what the claim found turned into what the caller
  * does next — execute it here (a new run, or one this claim took over),
- * answer with its stored outcome or its wait, tell it "in progress", or
+ * answer with its stored outcome or its wait, tell it "running", or
  * refuse a key first used with another input.
  *
  * Folded (engine.attempt, engine.run), the claim stays uncommitted in the
@@ -19,7 +19,7 @@ import { newRootKey, storedRootKey } from '../keys/derive.js';
 import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { probeKey } from '../ledger/claim.js';
 import { toJsonText } from '../ledger/outcome.js';
-import type { ClaimRequest, KeyRef, LedgerKind } from '../ledger/types.js';
+import type { ClaimRequest, ClaimResult, KeyRef, LedgerKind } from '../ledger/types.js';
 import { claimRun, claimVacantRun } from '../lifecycle/claim.js';
 import { resolveDeadline } from '../lifecycle/deadline.js';
 import { instrument } from '../telemetry/instrumentation.js';
@@ -34,7 +34,8 @@ import { assertValidRef, type Fingerprints, type RunOptions } from './options.js
 export type Begun =
   | { kind: 'executing'; done: Promise<Settled>; resumed: boolean; fingerprints: Fingerprints; rootKey: string | null }
   | { kind: 'settled'; settled: Settled; fingerprints: Fingerprints; rootKey: string | null }
-  | { kind: 'in_progress'; retryAfterMs: number; fingerprints: Fingerprints; rootKey: string | null }
+  /** Executing elsewhere: another call holds the run's lease (or its start, uncommitted). */
+  | { kind: 'running'; retryAfterMs: number; fingerprints: Fingerprints; rootKey: string | null }
   | { kind: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
 
 export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef, input: unknown, options: RunOptions, fold: boolean): Promise<Begun> {
@@ -109,13 +110,7 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
         rootKey: storedRootKey(ref.scope, ref.key, claim.rootKey),
       };
     case 'in_progress':
-      return {
-        kind: 'in_progress',
-        retryAfterMs: claim.retryAfterMs,
-        fingerprints,
-        // Unknown while another call's start of the run has not committed.
-        rootKey: claim.version === undefined ? null : storedRootKey(ref.scope, ref.key, claim.rootKey),
-      };
+      return { kind: 'running', retryAfterMs: claim.retryAfterMs, fingerprints, rootKey: foundRootKey(ref, claim) };
     case 'waiting':
       return {
         kind: 'settled',
@@ -147,4 +142,10 @@ export function fingerprintsOf(name: string, raw: unknown, validated: unknown, o
       cause: error,
     });
   }
+}
+
+/** The root of a run a claim found already there (unknown, null, while another call's start of it is uncommitted). */
+export function foundRootKey(ref: KeyRef, claim: Exclude<ClaimResult, { state: 'mismatch' }>): string | null {
+  if (claim.state === 'in_progress' && claim.version === undefined) return null;
+  return storedRootKey(ref.scope, ref.key, claim.rootKey);
 }

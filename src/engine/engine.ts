@@ -7,8 +7,8 @@
  * src/lifecycle's; queues and limits are src/flow's, effects src/outbox's.
  *
  *   start    claim the run (committed) and execute it in the background
- *   attempt  claim and execute now; a duplicate gets the stored outcome, "in
- *            progress" or "mismatch" instead of an exception
+ *   attempt  claim and execute now; a duplicate gets the stored outcome,
+ *            "running", "needs_review" or "mismatch" instead of an exception
  *   run      attempt, waiting for a run that executes elsewhere
  *   enqueue  put the run on a queue (src/flow)
  *   resume   continue a failed run, or one whose process died
@@ -17,9 +17,8 @@
 import { connect, type Database, type Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { storedRootKey } from '../keys/derive.js';
 import { readRow } from '../ledger/sql/read.js';
-import type { ClaimResult, KeyRef } from '../ledger/types.js';
+import type { KeyRef } from '../ledger/types.js';
 import { claimRun } from '../lifecycle/claim.js';
 import { cancelRunAction } from '../actions/cancel-run.js';
 import { rerunAction } from '../actions/rerun-run.js';
@@ -28,21 +27,22 @@ import type { ActionBy } from '../actions/sql/audit.js';
 import type { Queue } from '../flow/define-queue.js';
 import type { EnqueueOptions } from '../flow/enqueue.js';
 import { queuedRun } from '../flow/queued-run.js';
-import { readRunInfo, type RunInfo } from '../read/run-info.js';
+import type { RunInfo } from '../read/run-info.js';
 import type { EventInput, EventName, Workflow, WorkflowResult } from '../workflow/define.js';
 import type { Resolution, Resolved } from '../workflow/effects/resolve.js';
 import type { RunRef } from '../workflow/handles.js';
 import { mismatchError, parkedWait, replayFields, settledFromRow, toAttempt, unwrap, type RunAttempt } from '../workflow/outcomes.js';
 import type { WorkflowRegistry } from '../workflow/registry.js';
 import type { RerunOptions } from '../workflow/rerun/rerun.js';
-import { sendEvent, type Sent } from '../workflow/waits/send.js';
-import { runResult } from './awaiting.js';
-import { beginRun, fingerprintsOf } from './claiming.js';
+import type { Sent } from '../workflow/waits/send.js';
+import { runHandle, runResult } from './awaiting.js';
+import { beginRun, fingerprintsOf, foundRootKey } from './claiming.js';
 import { buildCore, inDatabase, type EngineCore } from './core.js';
 import { Heartbeat } from './heartbeat.js';
-import { assertValidRef, type EngineOptions, type Fingerprints, type InputOf, type RunHandle, type RunOptions } from './options.js';
+import { assertValidRef, ownedPoolOptions, type EngineOptions, type InputOf, type RunHandle, type RunOptions } from './options.js';
 import { Sweeper } from './sweeping.js';
-import { isWorkflow, sendArguments, typedRunInfo, type RunOutput, type TypedRunInfo } from './typed-doors.js';
+import { readRun, type RegisteredOf, type RunOutput, type TypedRunInfo } from './typed-doors.js';
+import { sendTo } from './typed-send.js';
 
 export type { EngineOptions, RunHandle, RunOptions } from './options.js';
 export type { RunAttempt } from '../workflow/outcomes.js';
@@ -68,7 +68,7 @@ export class Engine<Registered extends Workflow = Workflow> {
   readonly #sweeper: Sweeper;
 
   constructor(options: EngineOptions & { workflows: readonly Registered[] }) {
-    const database = typeof options.database === 'string' ? connect(options.database) : options.database;
+    const database = typeof options.database === 'string' ? connect(options.database, ownedPoolOptions(options)) : options.database;
     this.#ownedDatabase = typeof options.database === 'string' ? database : undefined;
     this.#core = buildCore(database.sql, options);
     ({ sql: this.sql, clock: this.clock, registry: this.registry } = this.#core);
@@ -93,17 +93,17 @@ export class Engine<Registered extends Workflow = Workflow> {
     const begun = await beginRun(this.#core, workflow, ref, input, options, false);
     if (begun.kind === 'mismatch') throw mismatchError(ref, begun.existing);
     if (begun.kind === 'executing') begun.done.catch(() => {});
-    return this.#handle(workflow, ref, begun.rootKey, begun.kind === 'executing' && !begun.resumed, begun.fingerprints);
+    return runHandle(this.#core, workflow, ref, begun.rootKey, begun.kind === 'executing' && !begun.resumed, begun.fingerprints);
   }
 
-  /** Claims the run and executes it now; duplicates get the stored outcome, in_progress or mismatch. */
+  /** Claims the run and executes it now; duplicates get the stored outcome, running, needs_review or mismatch. */
   async attempt<W extends Workflow>(workflow: W, ref: KeyRef, input: InputOf<W>, options: RunOptions = {}): Promise<RunAttempt<WorkflowResult<W>>> {
     const begun = await beginRun(this.#core, workflow, ref, input, options, true);
     switch (begun.kind) {
       case 'mismatch':
         return { state: 'mismatch', existing: begun.existing };
-      case 'in_progress':
-        return { state: 'in_progress', retryAfterMs: begun.retryAfterMs };
+      case 'running':
+        return { state: 'running', retryAfterMs: begun.retryAfterMs };
       case 'settled':
         if (begun.settled.state === 'waiting') this.#core.waker.wakeIfDue(ref, begun.settled.wait);
         return toAttempt(this.registry, begun.settled, true);
@@ -143,12 +143,8 @@ export class Engine<Registered extends Workflow = Workflow> {
    * (src/flow). Idempotent by `ref`: the same ref with another queue,
    * priority or input is a mismatch.
    */
-  async enqueue<W extends Workflow>(
-    workflow: W,
-    ref: KeyRef,
-    input: InputOf<W>,
-    options: EnqueueOptions & RunOptions,
-  ): Promise<RunHandle<WorkflowResult<W>, W> & { queued: boolean; requeued: boolean }> {
+  async enqueue<W extends Workflow>(workflow: W, ref: KeyRef, input: InputOf<W>, options: EnqueueOptions & RunOptions):
+    Promise<RunHandle<WorkflowResult<W>, W> & { queued: boolean; requeued: boolean }> {
     if (this.#core.closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
     assertValidRef(ref);
     const definition = this.registry.require(workflow);
@@ -156,7 +152,7 @@ export class Engine<Registered extends Workflow = Workflow> {
     const fingerprints = fingerprintsOf(definition.name, run.fingerprinted, run.validatedFingerprinted, options);
     const { claim, own, rootKey: root, queued, requeued } = await this.#core.dispatcher.enqueue(definition, ref, run, fingerprints);
     if (claim.state === 'mismatch') throw mismatchError(ref, claim.existing);
-    return { ...this.#handle(workflow, ref, own ? root : queuedRootKey(ref, claim), own, fingerprints), queued, requeued };
+    return { ...runHandle(this.#core, workflow, ref, own ? root : foundRootKey(ref, claim), own, fingerprints), queued, requeued };
   }
 
   /** Continues a run that failed, or whose process died, from its last finished step. */
@@ -178,7 +174,7 @@ export class Engine<Registered extends Workflow = Workflow> {
       case 'replay':
         return toAttempt(this.registry, settledFromRow(replayFields(row.name ?? '', claim.outcome, row.version)), true);
       case 'in_progress':
-        return { state: 'in_progress', retryAfterMs: claim.retryAfterMs };
+        return { state: 'running', retryAfterMs: claim.retryAfterMs };
       case 'waiting':
         this.#core.dispatcher.afterRequeue(claim);
         return toAttempt(this.registry, { state: 'waiting', wait: parkedWait(claim.wait) }, !claim.resumed);
@@ -194,22 +190,13 @@ export class Engine<Registered extends Workflow = Workflow> {
    * otherwise by the next sweep. `key` is the sender's idempotency key: the
    * same key again delivers nothing more; with another payload it is a
    * mismatch. The payload is checked against the event's schema, declared on
-   * the run's workflow version, before anything is stored.
-   *
-   * Typed by a workflow — `send(approval, { scope, key }, 'approved', payload,
-   * { key })`, or a ref from `approval.ref({ scope, key })` or a handle — the
-   * topic and payload are checked by type, and a run of another workflow is
-   * refused (`workflow_mismatch`) before anything is stored. A bare
-   * `{ scope, key }` is untyped.
+   * the run's workflow version, before anything is stored. Typed by a
+   * workflow, or a ref or handle that carries one: see typed-send.ts.
    */
   send<W extends Workflow, T extends EventName<W>>(workflow: W, ref: KeyRef, topic: T, payload: EventInput<W, T>, options: { key: string }): Promise<Sent>;
   send<W extends Workflow, T extends EventName<W>>(ref: RunRef<W>, topic: T, payload: EventInput<W, T>, options: { key: string }): Promise<Sent>;
-  async send(...args: unknown[]): Promise<Sent> {
-    const { ref, topic, payload, options, workflow } = sendArguments(args);
-    assertValidRef(ref);
-    const sent = await sendEvent(this.#core.deps, ref, String(topic), payload, options, workflow);
-    if (sent.woke) this.#core.waker.wake(ref);
-    return { delivered: sent.delivered, seq: sent.seq };
+  send(...args: unknown[]): Promise<Sent> {
+    return sendTo(this.#core, args);
   }
 
   /**
@@ -256,26 +243,19 @@ export class Engine<Registered extends Workflow = Workflow> {
     if (lease) this.#core.runs.track(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
     const fingerprints = { fingerprint: started.plan.fingerprint, legacyFingerprint: () => started.plan.fingerprint };
     const workflow = (ref.workflow ?? this.registry.get(started.plan.workflow, started.plan.version)) as W;
-    return this.#handle(workflow, started.ref, started.rootKey, lease !== undefined, fingerprints);
+    return runHandle(this.#core, workflow, started.ref, started.rootKey, lease !== undefined, fingerprints);
   }
 
   /**
    * The run's status, output or error, and each step's status and attempts
-   * (the output as stored: JSON text); undefined for no run.
-   *
-   * With its workflow — `get(approval, ref)` — the output is parsed with the
-   * schema of the run's own version and typed as the union of the outputs of
-   * the versions of that workflow this engine was created with; a run of
-   * another workflow is refused (`workflow_mismatch`).
+   * (the output as stored: JSON text); undefined for no run. With its
+   * workflow — `get(approval, ref)` — the output is parsed and typed: see
+   * typed-doors.ts.
    */
   get(ref: KeyRef): Promise<RunInfo | undefined>;
   get<W extends Registered>(workflow: W, ref: KeyRef): Promise<TypedRunInfo<RunOutput<Registered, W>> | undefined>;
-  async get(first: KeyRef | Workflow, second?: KeyRef): Promise<RunInfo | TypedRunInfo<unknown> | undefined> {
-    const workflow = isWorkflow(first) ? first : undefined;
-    const ref = workflow ? second : (first as KeyRef);
-    assertValidRef(ref as KeyRef);
-    const info = await inDatabase('reading a run', () => readRunInfo(this.sql, ref as KeyRef));
-    return workflow && info ? typedRunInfo(this.registry, workflow, ref as KeyRef, info) : info;
+  get(first: KeyRef | Workflow, second?: KeyRef): Promise<RunInfo | TypedRunInfo<unknown> | undefined> {
+    return readRun(this.#core, first, second);
   }
 
   /** One sweep (see sweeping.ts); returns how many runs it took, dispatched or ended at their deadline. */
@@ -310,21 +290,9 @@ export class Engine<Registered extends Workflow = Workflow> {
     await this.shutdown(options);
     await this.#ownedDatabase?.close();
   }
-
-  #handle<W extends Workflow>(workflow: W, ref: KeyRef, rootKey: string | null, started: boolean, fingerprints: Fingerprints): RunHandle<WorkflowResult<W>, W> {
-    return { workflow, scope: ref.scope, key: ref.key, rootKey, started, result: () => runResult(this.#core, ref, fingerprints) as Promise<WorkflowResult<W>> };
-  }
 }
 
 /** An engine; its type knows the workflow versions in `workflows` (see Engine.get). */
-export function createEngine<const W extends Workflow = Workflow>(
-  options: EngineOptions & { workflows: readonly W[] },
-): Engine<[W] extends [never] ? Workflow : W> {
-  return new Engine<Workflow>(options) as Engine<[W] extends [never] ? Workflow : W>;
-}
-
-/** The root of a run an enqueue found already there (null while another call's claim of it is uncommitted). */
-function queuedRootKey(ref: KeyRef, claim: Exclude<ClaimResult, { state: 'mismatch' }>): string | null {
-  if (claim.state === 'in_progress' && claim.version === undefined) return null;
-  return storedRootKey(ref.scope, ref.key, claim.rootKey);
+export function createEngine<const W extends Workflow = Workflow>(options: EngineOptions & { workflows: readonly W[] }): Engine<RegisteredOf<W>> {
+  return new Engine<Workflow>(options) as Engine<RegisteredOf<W>>;
 }

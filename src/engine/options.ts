@@ -3,7 +3,7 @@
  * gets back from starting a run.
  */
 import type { z } from 'zod';
-import type { Database } from '../db/connect.js';
+import type { ConnectOptions, Database } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { DEFAULT_LEASE_MS } from '../db/lease.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
@@ -104,8 +104,20 @@ const envNumber = (name: string): number | undefined => {
   return value === undefined || value === '' ? undefined : Number(value);
 };
 
+/** A run's lease: `leaseMs`, STEPKEY_LEASE_MS or the default. */
+const leaseMsOf = (options: EngineOptions): number => positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), DEFAULT_LEASE_MS);
+
+/**
+ * The pool an engine opens from a URL: its sessions end a transaction left
+ * idle for longer than the engine's lease (whole milliseconds, at most the
+ * lease), so a frozen process holds no lock longer than a takeover takes.
+ */
+export function ownedPoolOptions(options: EngineOptions): ConnectOptions {
+  return { idleInTransactionTimeoutMs: Math.max(1, Math.floor(leaseMsOf(options))) };
+}
+
 export function engineSettings(options: EngineOptions, poolMax: number): EngineSettings {
-  const leaseMs = positive('leaseMs', options.leaseMs ?? envNumber('STEPKEY_LEASE_MS'), DEFAULT_LEASE_MS);
+  const leaseMs = leaseMsOf(options);
   const maxConcurrentRuns = positive('maxConcurrentRuns', options.maxConcurrentRuns, 8);
   return {
     leaseMs,

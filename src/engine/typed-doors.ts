@@ -1,7 +1,7 @@
 /**
- * The typed doors of the engine: a run read back with its output parsed and
- * typed (`engine.get(workflow, ref)`), and the arguments of a typed send
- * (`engine.send(workflow, ref, topic, payload, { key })`).
+ * The typed read: a run read back with its output parsed and typed
+ * (`engine.get(workflow, ref)`), and the workflow versions an engine's type
+ * registers. (The typed send is typed-send.ts.)
  *
  * A read is typed as the union of the outputs of every version of the
  * workflow that the engine's type registers (createEngine's `workflows`), and
@@ -10,12 +10,16 @@
  */
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { KeyRef } from '../ledger/types.js';
-import type { RunInfo } from '../read/run-info.js';
+import { readRunInfo, type RunInfo } from '../read/run-info.js';
 import type { Workflow, WorkflowResult } from '../workflow/define.js';
-import type { RunRef } from '../workflow/handles.js';
 import type { WorkflowRegistry } from '../workflow/registry.js';
 import { decodeValue } from '../workflow/values.js';
 import { workflowMismatchError } from '../workflow/workflow-mismatch.js';
+import { inDatabase, type EngineCore } from './core.js';
+import { assertValidRef } from './options.js';
+
+/** What createEngine's type registers for its `workflows`: any workflow when it is given none by type. */
+export type RegisteredOf<W extends Workflow> = [W] extends [never] ? Workflow : W;
 
 /**
  * The versions of `W`'s workflow among `Registered` (by name), or `W` alone
@@ -66,21 +70,11 @@ export function typedRunInfo(registry: WorkflowRegistry, workflow: Workflow, ref
   return { ...rest, output: decodeValue(output, definition.output, `The output of run '${ref.key}' (workflow '${info.workflow}' v${info.version})`) };
 }
 
-export interface SendArguments {
-  ref: RunRef;
-  topic: unknown;
-  payload: unknown;
-  options: { key: string };
-  /** The workflow the send is typed by, whose run the target must be. */
-  workflow: string | undefined;
-}
-
-/** send(workflow, ref, topic, payload, options) or send(ref, topic, payload, options), the ref perhaps carrying its workflow. */
-export function sendArguments(args: readonly unknown[]): SendArguments {
-  if (isWorkflow(args[0])) {
-    const [workflow, ref, topic, payload, options] = args as [Workflow, RunRef, unknown, unknown, { key: string }];
-    return { ref, topic, payload, options, workflow: workflow.name };
-  }
-  const [ref, topic, payload, options] = args as [RunRef, unknown, unknown, { key: string }];
-  return { ref, topic, payload, options, workflow: isWorkflow(ref?.workflow) ? ref.workflow.name : undefined };
+/** `engine.get(ref)`, or `engine.get(workflow, ref)`: the run read back, typed by its workflow when one is given. */
+export async function readRun(core: EngineCore, first: KeyRef | Workflow, second?: KeyRef): Promise<RunInfo | TypedRunInfo<unknown> | undefined> {
+  const workflow = isWorkflow(first) ? first : undefined;
+  const ref = (workflow ? second : first) as KeyRef;
+  assertValidRef(ref);
+  const info = await inDatabase('reading a run', () => readRunInfo(core.sql, ref));
+  return workflow && info ? typedRunInfo(core.registry, workflow, ref, info) : info;
 }

@@ -78,7 +78,9 @@ async function attempted(call: RunCall): Promise<RunAnswer> {
       return { kind: 'cancelled', reason: attempt.reason.message, replayed: attempt.replayed };
     case 'waiting':
       return { kind: 'accepted', wait: attempt.wait, replayed: attempt.replayed };
-    case 'in_progress':
+    case 'running':
+    case 'needs_review':
+      // One answer on the wire for both: "in progress", ask again after Retry-After.
       throw inProgress(attempt.retryAfterMs);
     case 'mismatch':
       throw mismatch(attempt.existing, { kind: 'run', name: call.workflow.name }, call.noun);

@@ -33,7 +33,7 @@ if (mode === 'run') {
         console.log(`STEPKEY_RESULT ${JSON.stringify(attempt.output ?? null)}`);
         break;
       }
-      if (attempt.state === 'in_progress' || attempt.state === 'waiting') {
+      if (attempt.state === 'running' || attempt.state === 'needs_review' || attempt.state === 'waiting') {
         if ((await engine.get(ref))?.status === 'needs_review') {
           console.log('STEPKEY_REVIEW');
           break;

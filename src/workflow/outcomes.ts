@@ -11,6 +11,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import type { StoredError } from '../ledger/outcome.js';
 import type { LedgerRow } from '../ledger/sql/read.js';
 import type { KeyRef, LedgerKind, ParkedWait } from '../ledger/types.js';
+import { runStatusOf } from '../lifecycle/states.js';
 import { waitView, type RunWaitView } from '../lifecycle/wait.js';
 import type { Settled } from './executor.js';
 import type { WorkflowRegistry } from './registry.js';
@@ -26,19 +27,33 @@ export type RunAttempt<Result> =
   | { state: 'deadline_exceeded'; reason: StoredError; replayed: boolean }
   /** The run is parked: it holds no process and continues when its wait is due. */
   | { state: 'waiting'; wait: RunWaitView; replayed: boolean }
-  | { state: 'in_progress'; retryAfterMs: number }
+  /** Executing elsewhere (another call holds it): ask again after `retryAfterMs`. */
+  | { state: 'running'; retryAfterMs: number }
+  /** Parked until an operator resolves its at-most-once call (engine.resolve): ask again after `retryAfterMs`. */
+  | { state: 'needs_review'; retryAfterMs: number }
   | { state: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
 
 type OutcomeFields = Pick<LedgerRow, 'status' | 'outcomeOk' | 'outcome' | 'lastError' | 'name' | 'version'>;
 
+/** How a run's row ended (or that it is running elsewhere), by its status as lifecycle/states.ts names it. */
 export function settledFromRow(row: OutcomeFields): Settled {
-  if (row.status === 'cancelled') return { state: 'cancelled', reason: JSON.parse(row.outcome ?? '{}') };
-  if (row.status === 'deadline_exceeded') return { state: 'deadline_exceeded', reason: JSON.parse(row.outcome ?? '{}') };
-  if (row.status === 'failed') return { state: 'failed', error: JSON.parse(row.lastError ?? '{}') };
-  if (row.status === 'in_progress') return { state: 'stopped', reason: 'lease_lost' };
-  return row.outcomeOk
-    ? { state: 'completed', body: row.outcome ?? '', workflow: row.name ?? '', version: row.version }
-    : { state: 'errored', error: JSON.parse(row.outcome ?? '{}') };
+  const { status } = runStatusOf({ status: row.status, outcomeOk: row.outcomeOk, waitKind: null });
+  switch (status) {
+    case 'cancelled':
+    case 'deadline_exceeded':
+      return { state: status, reason: JSON.parse(row.outcome ?? '{}') };
+    case 'failed':
+      return { state: 'failed', error: JSON.parse(row.lastError ?? '{}') };
+    case 'running':
+      return { state: 'stopped', reason: 'lease_lost' };
+    case 'completed':
+      return { state: 'completed', body: row.outcome ?? '', workflow: row.name ?? '', version: row.version };
+    case 'errored':
+      return { state: 'errored', error: JSON.parse(row.outcome ?? '{}') };
+    case 'waiting':
+    case 'needs_review':
+      throw new Error(`A ${status} run has not settled: its row is read as its wait, not an outcome.`);
+  }
 }
 
 /** The row fields of a replayed claim. */
@@ -70,12 +85,12 @@ export function decodeRunResult(registry: WorkflowRegistry, settled: Extract<Set
 
 /**
  * Retry-After for a run that needs review: it goes on only once an operator
- * has resolved it, so callers are told "in progress", not "waiting".
+ * has resolved it, so callers are told to ask again (tRPC: "in progress"), not "waiting".
  */
 export const REVIEW_RETRY_AFTER_MS = 5_000;
 
 export function toAttempt<R>(registry: WorkflowRegistry, settled: Settled, replayed: boolean): RunAttempt<R> {
-  if (settled.state === 'waiting' && settled.wait.kind === 'review') return { state: 'in_progress', retryAfterMs: REVIEW_RETRY_AFTER_MS };
+  if (settled.state === 'waiting' && settled.wait.kind === 'review') return { state: 'needs_review', retryAfterMs: REVIEW_RETRY_AFTER_MS };
   switch (settled.state) {
     case 'completed':
       return { state: 'completed', output: decodeRunResult(registry, settled) as R, replayed };

@@ -10,6 +10,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { connect } from '../../src/db/connect.js';
+import { Engine } from '../../src/engine/engine.js';
 import { inTransaction, type TxSql } from '../../src/db/transaction.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { spawnScript } from '../../src/testing/child-process.js';
@@ -19,6 +20,12 @@ import { PATIENCE_MS } from '../helpers/patience.js';
 import { proxy } from '../helpers/tcp-proxy.js';
 
 const db = useTestDatabase();
+
+/** A time setting as `show` prints it ('700ms', '8s', '0') in milliseconds. */
+function settingMs(shown: string): number {
+  const [, value, unit = 'ms'] = /^(\d+)(ms|s|min|h|d)?$/.exec(shown)!;
+  return Number(value) * { ms: 1, s: 1_000, min: 60_000, h: 3_600_000, d: 86_400_000 }[unit as 'ms']!;
+}
 
 describe('connections that go away', () => {
   it('a pool recovers once Postgres answers again', async () => {
@@ -63,6 +70,23 @@ describe('connections that go away', () => {
     } finally {
       await idle.close();
       await waiter.close();
+    }
+  });
+
+  it("an engine that opens its pool from a URL bounds idle-in-transaction sessions by its own lease", async () => {
+    const leaseMs = 700;
+    const engine = new Engine({ database: db().url, workflows: [], leaseMs, onError: () => {} });
+    const connections = await Promise.all([1, 2, 3].map(() => engine.sql.reserve()));
+    try {
+      for (const connection of connections) {
+        const [row] = await connection`show idle_in_transaction_session_timeout`;
+        const ms = settingMs(row!.idle_in_transaction_session_timeout as string);
+        expect(ms).toBeGreaterThan(0);
+        expect(ms).toBeLessThanOrEqual(leaseMs);
+      }
+    } finally {
+      for (const connection of connections) connection.release();
+      await engine.close();
     }
   });
 

@@ -55,7 +55,7 @@ describe('a deploy that adds a defaulted input field', () => {
     const handle = await old.start(signup(before, held), ref, { email: 'ada@example.com' });
     const deployed = signup(after);
     const fresh = testEngine(db(), [deployed]);
-    expect(await fresh.attempt(deployed, ref, { email: 'ada@example.com' })).toMatchObject({ state: 'in_progress' });
+    expect(await fresh.attempt(deployed, ref, { email: 'ada@example.com' })).toMatchObject({ state: 'running' });
     release();
     await handle.result();
     expect(await fresh.attempt(deployed, ref, { email: 'ada@example.com' })).toMatchObject({ state: 'completed', replayed: true });

@@ -14,6 +14,7 @@ import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 import { runCli } from '../helpers/cli.js';
 
 const db = useTestDatabase();
@@ -201,7 +202,7 @@ describe('the effect record of a call step', () => {
     const [row] = await db().sql`select status, wait_kind, wake_at, expires_at, lease_token from stepkey.ledger where scope = ${t.ref.scope} and key = ${t.ref.key}`;
     expect(row).toMatchObject({ status: 'waiting', wait_kind: 'review', wake_at: null, expires_at: null, lease_token: null });
     expect(await t.b.sweep()).toBe(0);
-    expect(await t.b.attempt(t.workflow, t.ref, {})).toEqual({ state: 'in_progress', retryAfterMs: expect.any(Number) });
+    expect(await t.b.attempt(t.workflow, t.ref, {})).toEqual({ state: 'needs_review', retryAfterMs: expect.any(Number) });
     // The operator's output is checked against the step's schema before anything changes.
     await expect(t.b.resolve(t.ref, { step: 'pay.v1', output: { paymentId: 7 } })).rejects.toMatchObject({ code: 'invalid_input' });
     await expect(t.b.resolve(t.ref, { step: 'other.v1', output: { paymentId: 'x' } })).rejects.toMatchObject({ code: 'not_in_review' });
@@ -230,7 +231,7 @@ describe('the effect record of a call step', () => {
       { atMostOnce: true, timeoutMs: 200 },
     );
     const engine = engineFor([slow]);
-    expect(await engine.attempt(slow, ref, {})).toEqual({ state: 'in_progress', retryAfterMs: expect.any(Number) });
+    expect(await engine.attempt(slow, ref, {})).toEqual({ state: 'needs_review', retryAfterMs: expect.any(Number) });
     const info = (await engine.get(ref))!;
     expect(info.status).toBe('needs_review');
     const pay = info.steps.find((s) => s.name === 'pay.v1')!;
@@ -262,7 +263,7 @@ describe('the effect record of a call step', () => {
     const viaEngine = { scope: 'acme', key: uniqueKey('audit-resolve') };
     const viaCli = { scope: 'acme', key: uniqueKey('audit-resolve-cli') };
     for (const ref of [viaEngine, viaCli]) {
-      expect(await engine.attempt(once, ref, {})).toEqual({ state: 'in_progress', retryAfterMs: expect.any(Number) });
+      expect(await engine.attempt(once, ref, {})).toEqual({ state: 'needs_review', retryAfterMs: expect.any(Number) });
     }
     const audit = (ref: { scope: string; key: string }) =>
       db().sql<{ action: string; actor: string; source: string; applied: boolean; detail: string }[]>`
@@ -286,7 +287,7 @@ describe('the effect record of a call step', () => {
     // Shown where operators see actions: inspect (and the dashboard's run page, which reads the same).
     const inspected = await runCli(['inspect', viaCli.key, '--scope', viaCli.scope, '--json'], { databaseUrl: db().url });
     expect(inspected.json().matches[0].audit).toEqual([expect.objectContaining({ action: 'resolve', source: 'cli', applied: true })]);
-    await expect.poll(async () => (await engine.sweep(), (await engine.get(viaCli))?.status), { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.sweep(), (await engine.get(viaCli))?.status), { timeout: PATIENCE_MS }).toBe('completed');
   });
 
   it('stores an error with its cause chain, and names stored errors and failed runs apart', async () => {

@@ -115,7 +115,7 @@ describe('engine basics', () => {
         values (${held.scope}, ${held.key}, 'run', 'order', ${purposeFingerprint('order', input)}, 'in_progress', gen_random_uuid(),
                 now() + interval '1 minute', 1, ${JSON.stringify(input)}, ${newRootKey(held.scope, held.key)})`;
       statements.length = 0;
-      expect(await counting.attempt(order, held, input)).toMatchObject({ state: 'in_progress' });
+      expect(await counting.attempt(order, held, input)).toMatchObject({ state: 'running' });
       expect(statements).toHaveLength(1);
       expect(statements.some((text) => /^\s*(begin|rollback|commit)/i.test(text))).toBe(false);
     } finally {

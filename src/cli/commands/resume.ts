@@ -122,8 +122,11 @@ function report(context: CliContext, scope: string, key: string, attempt: RunAtt
           : `${name} is waiting (${attempt.wait.kind} at step '${attempt.wait.step}'); a worker's sweeper continues it when due.`,
       );
       break;
-    case 'in_progress':
+    case 'running':
       context.line(`${name} is executing elsewhere (its lease ends in ${formatDuration(attempt.retryAfterMs)}); nothing was resumed.`);
+      break;
+    case 'needs_review':
+      context.line(`${name} needs review: resolve it with \`stepkey resolve ${key} --scope ${scope}\`; nothing was resumed.`);
       break;
     case 'mismatch':
       context.line(`${name} could not be claimed: the key belongs to ${attempt.existing.kind} '${attempt.existing.name ?? '?'}'.`);

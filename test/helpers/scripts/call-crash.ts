@@ -63,11 +63,11 @@ async function main(): Promise<void> {
         console.log(`RESULT ${JSON.stringify(attempt.output)}`);
         break;
       }
-      if (attempt.state === 'in_progress' && (await engine.get(ref))?.status === 'needs_review') {
+      if ((attempt.state === 'running' || attempt.state === 'needs_review') && (await engine.get(ref))?.status === 'needs_review') {
         console.log('REVIEW');
         break;
       }
-      if (attempt.state !== 'in_progress') {
+      if (attempt.state !== 'running' && attempt.state !== 'needs_review') {
         console.log(`ERROR ${JSON.stringify(attempt)}`);
         break;
       }
