@@ -13,6 +13,7 @@ import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/embedded
 import { spawnScript, type ChildHandle } from '../../src/testing/child-process.js';
 import { runWorker, type Worker } from '../../src/worker/run-worker.js';
 import { createEngine, type Engine } from '../../src/engine/engine.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 import { withDatabase } from '../helpers/urls.js';
 import { effects, queues, shopTables, useShopDatabase, workflows } from './shop.js';
 
@@ -58,7 +59,7 @@ export async function startBrowserApp(root: string): Promise<BrowserApp> {
     env: { STEPKEY_DASHBOARD_TOKEN: token },
     cwd: root,
   });
-  const dashboardUrl = (await dashboard.waitFor(/stepkey dashboard on (http:\/\/\S+)/, 30_000))[1]!;
+  const dashboardUrl = (await dashboard.waitFor(/stepkey dashboard on (http:\/\/\S+)/, PATIENCE_MS))[1]!;
 
   return {
     databaseUrl,

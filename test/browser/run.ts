@@ -8,7 +8,8 @@
  * depth, slots and rate and a queued run's place in line, and measures the
  * database statements ten open tabs cost. Screenshots go to
  * .stepkey/screenshots/. Bounded: it gives up after BROWSER_TEST_TIMEOUT_MS
- * (default 240 000).
+ * (default 540 000); each wait for what must appear is generous (WAIT_MS), so
+ * that a busy host fails nothing only for being slow.
  */
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,7 +25,9 @@ import { batch, batches, flaky, hostile, order, reminder, slow } from './shop.js
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const shots = join(root, '.stepkey', 'screenshots');
 const executablePath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-const deadline = Number(process.env.BROWSER_TEST_TIMEOUT_MS ?? 240_000);
+const deadline = Number(process.env.BROWSER_TEST_TIMEOUT_MS ?? 540_000);
+/** How long a page, or the app, is waited for something that must happen. */
+const WAIT_MS = 120_000;
 const scope = 'acme';
 
 const checks: string[] = [];
@@ -49,7 +52,7 @@ async function main(): Promise<void> {
       args: ['--no-sandbox', '--headless', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
     });
     const page = context.pages()[0] ?? (await context.newPage());
-    page.setDefaultTimeout(15_000);
+    page.setDefaultTimeout(WAIT_MS);
     const errors: string[] = [];
     page.on('pageerror', (error) => errors.push(error.message));
     page.on('console', (message) => {
@@ -86,7 +89,7 @@ async function makeRuns(app: BrowserApp): Promise<void> {
   await engine.run(order, { scope, key: keys.second }, { item: 'grinder', cents: 8_900, email: 'grace@example.com' });
   // Their emails are delivered before the mail server goes down for the third order's.
   for (let started = Date.now(); Number((await app.database.sql`select count(*)::int as n from browser_mail`)[0]!.n) < 2; ) {
-    if (Date.now() - started > 20_000) throw new Error('the first two emails were not delivered');
+    if (Date.now() - started > WAIT_MS) throw new Error('the first two emails were not delivered');
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   await app.setSwitch('mail-down', true);
@@ -101,7 +104,7 @@ async function makeRuns(app: BrowserApp): Promise<void> {
 
 async function expectStatus(app: BrowserApp, key: string, status: string): Promise<void> {
   for (let started = Date.now(); (await app.engine.get({ scope, key }))?.status !== status; ) {
-    if (Date.now() - started > 10_000) throw new Error(`run ${key} did not become ${status}`);
+    if (Date.now() - started > WAIT_MS) throw new Error(`run ${key} did not become ${status}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }
@@ -203,10 +206,10 @@ async function retryJob(page: Page, app: BrowserApp): Promise<void> {
   const dialog = page.getByRole('dialog');
   await dialog.getByRole('heading', { name: /Retry job #\d+/ }).waitFor();
   await dialog.getByRole('button', { name: 'Yes, retry' }).click();
-  await page.getByText('No failed jobs.').waitFor({ timeout: 20_000 });
+  await page.getByText('No failed jobs.').waitFor({ timeout: WAIT_MS });
   await page.goto(`${app.dashboardUrl}#/run?scope=globex&key=${keys.mail}`);
   await page.locator('details.step', { hasText: 'send-confirmation.v1' }).locator('summary').click();
-  await page.getByText('Delivered to consumer').first().waitFor({ timeout: 20_000 });
+  await page.getByText('Delivered to consumer').first().waitFor({ timeout: WAIT_MS });
   pass('a failed job retried from the outbox is delivered');
 }
 
@@ -219,7 +222,7 @@ async function cancelRun(page: Page): Promise<void> {
   await dialog.getByLabel(/Reason/).fill('customer withdrew the export');
   await page.screenshot({ path: join(shots, 'cancel-dialog.png') });
   await dialog.getByRole('button', { name: 'Yes, cancel run' }).click();
-  await page.locator('.facts .chip').getByText('cancelled', { exact: true }).waitFor({ timeout: 20_000 });
+  await page.locator('.facts .chip').getByText('cancelled', { exact: true }).waitFor({ timeout: WAIT_MS });
   await page.getByRole('cell', { name: /reason: customer withdrew the export/ }).waitFor();
   pass('a running run cancelled from its page is cancelled, with an audit row');
 }
@@ -230,7 +233,7 @@ async function resumeRun(page: Page, app: BrowserApp): Promise<void> {
   await page.locator('.facts .chip').getByText('failed', { exact: true }).waitFor();
   await page.getByRole('button', { name: 'Resume' }).click();
   await page.getByRole('dialog').getByRole('button', { name: 'Yes, resume' }).click();
-  await page.locator('.facts .chip').getByText('completed', { exact: true }).waitFor({ timeout: 20_000 });
+  await page.locator('.facts .chip').getByText('completed', { exact: true }).waitFor({ timeout: WAIT_MS });
   pass("a failed run resumed from its page is completed by the worker's sweeper");
 }
 
@@ -272,8 +275,8 @@ async function queuesPage(page: Page, app: BrowserApp): Promise<void> {
   await page.getByRole('heading', { name: 'Queues', level: 1 }).waitFor();
   await app.setSwitch('batches-go', true);
   for (const tenant of ['a', 'b']) {
-    await row(tenant).getByRole('cell').nth(1).getByText('0', { exact: true }).waitFor({ timeout: 20_000 });
-    await row(tenant).getByRole('cell').nth(2).getByText('0', { exact: true }).waitFor({ timeout: 20_000 });
+    await row(tenant).getByRole('cell').nth(1).getByText('0', { exact: true }).waitFor({ timeout: WAIT_MS });
+    await row(tenant).getByRole('cell').nth(2).getByText('0', { exact: true }).waitFor({ timeout: WAIT_MS });
   }
   await row('a').getByRole('cell').nth(4).getByText('3', { exact: true }).waitFor();
   const rate = Number(await row('a').getByRole('cell').nth(3).textContent());

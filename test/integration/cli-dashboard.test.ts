@@ -48,7 +48,7 @@ describe('stepkey dashboard', () => {
       env: { STEPKEY_DASHBOARD_TOKEN: '' },
     });
     try {
-      const url = (await child.waitFor(/stepkey dashboard on (http:\/\/127\.0\.0\.2:\d+\/)/, 30_000))[1]!;
+      const url = (await child.waitFor(/stepkey dashboard on (http:\/\/127\.0\.0\.2:\d+\/)/, PATIENCE_MS))[1]!;
       const port = new URL(url).port;
       for (const host of [`127.0.0.2:${port}`, 'localhost', 'ops.example.test', `Ops.Example.Test:${port}`, 'a.internal.test']) {
         expect(await statusWithHost(`${url}api/runs`, host), host).toBe(200);

@@ -13,6 +13,7 @@ import { runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const engines: Engine[] = [];
@@ -168,7 +169,7 @@ describe('rerun from a step', () => {
     expect(JSON.parse(rows[2]!.detail)).toMatchObject({ from: 'ship.v1', rerunKey: second });
     const inspected = await runCli(['inspect', old.key, '--scope', old.scope, '--json'], { databaseUrl: db().url });
     expect(inspected.json().matches[0].audit.map((entry: { action: string }) => entry.action)).toEqual(['rerun', 'rerun', 'rerun']);
-    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key: second }))?.status), { timeout: 10_000 }).toBe('completed');
+    await expect.poll(async () => (await engine.sweep(), (await engine.get({ scope: old.scope, key: second }))?.status), { timeout: PATIENCE_MS }).toBe('completed');
   });
 
   it('refuses a step the old run did not record, a run still running, and a record that has expired', async () => {

@@ -10,6 +10,7 @@ import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { post, rawPost } from '../helpers/http.js';
 import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 import { buildApp, counters, gate, listen, serveApp, type AppRouter, type ServedApp } from '../helpers/trpc-app.js';
 
 const db = useTestDatabase({ max: 60 });
@@ -290,7 +291,7 @@ describe('workflow procedures', () => {
     const entered = counters.hold;
     const first = post(url, 'orders.hold', { sku: 'held', gate: key }, keyed(key));
     // The run's start has committed; it holds at its second step.
-    await expect.poll(() => counters.hold, { timeout: 10_000 }).toBe(entered + 1);
+    await expect.poll(() => counters.hold, { timeout: PATIENCE_MS }).toBe(entered + 1);
     expect(await engine.cancel({ scope: 'tenant-a', key }, 'the operator stopped it')).toBe(true);
     held.open();
     const answer = await first;
