@@ -59,11 +59,16 @@ export function startHog(): { pids: number[]; stop(): void } {
   };
 }
 
-/** SIGSTOP to a process group for `holdMs`, then SIGCONT (also if the wait is cut short). */
-export async function freeze(pid: number, holdMs: number): Promise<void> {
+/**
+ * SIGSTOP to a process group, then SIGCONT once `watch` has answered (also if
+ * it failed). `watch` is given the time the hold of `holdMs` ends: it reads
+ * what went on meanwhile, and waits until then.
+ */
+export async function freeze<T>(pid: number, holdMs: number, watch: (endsAt: number) => Promise<T>): Promise<T> {
+  const endsAt = Date.now() + holdMs;
   process.kill(-pid, 'SIGSTOP');
   try {
-    await new Promise((resolve) => setTimeout(resolve, holdMs));
+    return await watch(endsAt);
   } finally {
     process.kill(-pid, 'SIGCONT');
   }

@@ -33,6 +33,7 @@ import { freshSeed, prng } from './prng.js';
 import { leftovers } from './processes.js';
 import { printFigures } from './report.js';
 import { describeProcessFault, freeze, planProcessFaults, startHog, type ProcessFault } from './process-faults.js';
+import { freezeEnd, freezeStart, judgeFreeze } from './freeze-check.js';
 import { EVENTS_PER_RUN, SENDER_RUNS, type SenderFinal } from './sender-load.js';
 import { senderFailures } from './sender-checks.js';
 
@@ -85,23 +86,22 @@ const api = (services: Child[]) => services.find((service) => service.name === '
 
 /**
  * Does the process faults at their times, beside the database faults. A freeze
- * must not stop the app: work that was queued or due (the sender's events, the
- * frozen API's runs taken over) goes on meanwhile — counted as runs completed
- * and events consumed, read before and after.
+ * must not stop the app: work that was due or queued goes on meanwhile — the
+ * sender's runs consume their events, the runs the frozen API held are taken
+ * over, due jobs are taken (freeze-check.ts) — read just after the API stopped
+ * and just before it continues.
  */
 async function runProcessFaults(faults: ProcessFault[], began: number, databaseUrl: string, apiPid: number): Promise<string[]> {
   const report: string[] = [];
   const { sql, close } = connect(databaseUrl, { max: 1, applicationName: 'chaos-checker' });
-  const progress = async () => {
-    for (let attempt = 0; ; attempt += 1) {
+  /** A read retried through a short database fault until `untilMs` (then its error). */
+  const reading = async <T>(read: () => Promise<T>, untilMs: number): Promise<T> => {
+    for (;;) {
       try {
-        const [row] = await sql<{ n: number }[]>`
-          select (select count(*) from stepkey.ledger where status = 'completed')
-               + (select count(*) from stepkey.mailbox where consumed_by is not null) as n`;
-        return Number(row!.n);
+        return await read();
       } catch (error) {
-        if (attempt >= 60) throw error;
-        await sleep(1_000);
+        if (Date.now() >= untilMs) throw error;
+        await sleep(500);
       }
     }
   };
@@ -116,11 +116,14 @@ async function runProcessFaults(faults: ProcessFault[], began: number, databaseU
           report.push(`${describeProcessFault(fault)}: busy loops ${hog.pids.join(', ')} ran and were stopped`);
           return;
         }
-        const before = await progress();
-        await freeze(apiPid, fault.holdMs);
-        const after = await progress();
-        report.push(`${describeProcessFault(fault)}: ${after - before} runs completed and events consumed meanwhile`);
-        if (after <= before) failures.push(`nothing went on while the API was frozen for ${fault.holdMs} ms (${describeProcessFault(fault)})`);
+        const verdict = await freeze(apiPid, fault.holdMs, async (endsAt) => {
+          const start = await reading(() => freezeStart(sql), endsAt - 3_000);
+          await sleep(endsAt - Date.now());
+          // Read before SIGCONT, however long a database fault delays it (a little past the hold).
+          return judgeFreeze(start, await reading(() => freezeEnd(sql, start), endsAt + 15_000), describeProcessFault(fault));
+        });
+        report.push(`${describeProcessFault(fault)}: ${verdict.summary}`);
+        failures.push(...verdict.failures);
       }),
     );
   } catch (error) {

@@ -4,6 +4,7 @@
  * stepkey's public messages, and the invariants flag each kind of damage.
  */
 import { describe, expect, it } from 'vitest';
+import { judgeFreeze, type FreezeEnd, type FreezeStart } from '../chaos/freeze-check.js';
 import { keyFailures, type KeyCheck, type Totals } from '../chaos/invariants.js';
 import { leaksInternals } from '../chaos/leaks.js';
 import { planFaults } from '../chaos/plan.js';
@@ -121,5 +122,31 @@ describe('the invariants', () => {
   it('flag a key whose run never reached the ledger, and an order no key accounts for', () => {
     const failures = keyFailures([sent(1)], [check(1, { status: null, orders: 0, order_id: null })], totals({ orders: 1, charges: 1, emails: 1 }));
     expect(failures).toEqual(expect.arrayContaining([expect.stringContaining('key with no run in the ledger'), '1 orders in all, for 0 keys with an order']));
+  });
+});
+
+describe('the freeze check', () => {
+  const run = (key: string, attempts: number, lockedUntil = '2025-01-01 00:00:08+00', status = 'in_progress') =>
+    ({ scope: 'acme', key, status, attempts, token: `t-${key}-${attempts}`, lockedUntil });
+  const start: FreezeStart = { consumed: 10, completed: 5, emails: 3, held: [run('api', 1), run('worker', 2)], dueJobs: [{ id: '7', attempts: 0 }] };
+
+  it('passes when due events were consumed, a run the API held was taken over and a due job was taken', () => {
+    const end: FreezeEnd = { consumed: 30, completed: 7, emails: 4, held: [run('api', 2), run('worker', 2, '2025-01-01 00:00:20+00')], dueJobs: [] };
+    expect(judgeFreeze(start, end, 'freeze').failures).toEqual([]);
+  });
+
+  it('flags due work, a run the frozen API held and a queued job that stood still', () => {
+    // 'api' keeps the lease it had when the API stopped; 'worker' was renewed by its (live) holder.
+    const end: FreezeEnd = { consumed: 10, completed: 5, emails: 3, held: [run('api', 1), run('worker', 2, '2025-01-01 00:00:20+00')], dueJobs: [{ id: '7', attempts: 0 }] };
+    expect(judgeFreeze(start, end, 'freeze').failures).toEqual([
+      expect.stringContaining('no event was consumed'),
+      expect.stringContaining('none of the 1 runs the frozen API held was taken over'),
+      expect.stringContaining('none of the 1 jobs due'),
+    ]);
+  });
+
+  it('asks nothing of runs or jobs when the API held none and none was due', () => {
+    const idle: FreezeStart = { ...start, held: [], dueJobs: [] };
+    expect(judgeFreeze(idle, { consumed: 11, completed: 5, emails: 3, held: [], dueJobs: [] }, 'freeze').failures).toEqual([]);
   });
 });
