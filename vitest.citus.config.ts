@@ -16,6 +16,8 @@ export const citusFiles = [
   'test/integration/flow-queues.test.ts',
   'test/integration/flow-requeue.test.ts',
   'test/integration/queued-children.test.ts',
+  // step limits: slots and tokens taken on the coordinator, given back when a step is recorded, a run ends, fails, parks or is cancelled
+  'test/integration/flow-limits.test.ts',
   // an effect enqueued with its step and delivered once
   'test/integration/outbox.test.ts',
   // the purge of expired keys; a key reused after its retention

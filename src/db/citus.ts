@@ -46,7 +46,8 @@ export class CitusMissingError extends Error {
  * Whether stepkey's tables are distributed by Citus in the database `sql`
  * reaches — asked once per pool (flow control and step limits share the
  * answer; a failed check is asked again): a queue's dispatch then takes the
- * steps Citus can run (lifecycle/dispatch-distributed.ts), a step limit is refused.
+ * steps Citus can run (lifecycle/dispatch-distributed.ts), and so does a step
+ * limit's acquire and give-back (flow/sql/limits-distributed.ts).
  */
 export function tablesDistributed(sql: postgres.ISql): Promise<boolean> {
   let known = distributedByPool.get(sql);
@@ -92,6 +93,9 @@ export async function distributeByScope(sql: postgres.Sql): Promise<TablePlaceme
     await sql`select create_distributed_table(${qualified}::regclass, 'scope', colocate_with => ${colocate})`;
     changed.add(table);
   }
+
+  // A run's transition on a node leaves its limit slots to the coordinator (migration 0017).
+  await sql`create or replace function stepkey.limit_slots_given_back_inline() returns boolean language sql immutable as $$ select false $$`;
 
   const shards = await sql<{ table: string; node: string; n: number }[]>`
     select split_part(table_name::text, '.', 2) as table, nodename || ':' || nodeport as node, count(*)::int as n

@@ -3,7 +3,9 @@
  * lease expired and parked runs that are due, and resumes them, as many as it
  * has room for; dispatches its queues; and ends the runs past their deadline
  * that no live process holds — for a run of any version, in SQL, its
- * descendants cancelled with it (lifecycle/tree.ts). A sweep that filled every
+ * descendants cancelled with it (lifecycle/tree.ts); and, on Citus, gives
+ * back the limit slots of runs that stopped executing without giving them
+ * back (flow/limit-release.ts). A sweep that filled every
  * free slot sweeps again as soon as one of its runs ends, so a backlog of due
  * runs drains at the pace the process can execute them, not a batch per
  * interval.
@@ -64,6 +66,9 @@ export class Sweeper {
         sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions(), DEADLINES_PER_SWEEP),
       );
       const ended = await this.#endPastDeadline(pastDeadline);
+      // On Citus: limit slots left by runs that stopped executing, given back on the coordinator.
+      const slotsBack = await inDatabase('giving back limit slots', async () => (await core.deps.limits?.sweep()) ?? []);
+      for (const ref of slotsBack) core.waker.wake(ref);
       if (capacity <= 0) return ended;
       this.#backlog = taken.length >= capacity;
       instrument.sweptRuns(taken.length);

@@ -4,7 +4,7 @@
  * or riding the one the step makes anyway (a call's attempt start, an earlier
  * tx step still open, the run's start).
  *
- *   BEGIN; acquire (src/flow/sql/limits.ts)
+ *   BEGIN; acquire (src/flow/sql/limits.ts; on Citus limits-distributed.ts)
  *     granted → what the step commits anyway (a call's attempt start)
  *     refused → park the run (wait_kind 'limit', wake at the next token's time,
  *               or when a slot is given back); COMMIT
@@ -23,6 +23,7 @@ import type { RunWait } from '../lifecycle/wait.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { limitPartitionOf, limitWaitFor } from './define-limit.js';
 import { acquireStatement } from './sql/limits.js';
+import { acquireDistributed } from './sql/limits-distributed.js';
 import type { LimitRegistry } from './limit-registry.js';
 
 /**
@@ -37,17 +38,20 @@ export async function commitAcquiring(registry: LimitRegistry, target: StepTarge
   const { state, declaration } = target;
   const limit = registry.require(declaration.limit!);
   const partition = limitPartitionOf(limit, state.input, { scope: state.lease.scope, key: state.lease.key, step: instance });
-  await registry.ready();
+  if (!registry.isReady) {
+    // The first acquire in this engine writes the limits' settings through the pool. What this run
+    // holds open (its start, a tx step) commits first: runs waiting here with transactions open
+    // could otherwise hold every connection the settings' write needs.
+    await commitWaiting(state);
+    await registry.ready();
+  }
   let wait: RunWait | undefined;
   let slot = false;
   await commitWaiting(state, {}, async (q) => {
-    const [row] = await acquireStatement(q, state.deps.clock, {
-      lease: state.lease,
-      limit: limit.name,
-      partition,
-      step: instance,
-      backstopMs: slotBackstopMs(state.deps.leaseMs),
-    });
+    const request = { lease: state.lease, limit: limit.name, partition, step: instance, backstopMs: slotBackstopMs(state.deps.leaseMs) };
+    const row = registry.distributed
+      ? await acquireDistributed(q, state.deps.clock, request)
+      : (await acquireStatement(q, state.deps.clock, request))[0];
     if (!row?.known) throw new StepkeyError('definition_error', `Limit '${limit.name}' has no settings row; the engine writes it before the first acquire.`);
     if (row.granted) {
       slot = row.slot;

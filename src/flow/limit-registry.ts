@@ -16,16 +16,20 @@ import type { StepLimits } from '../workflow/step-limits.js';
 import type { CommitExtra } from '../workflow/commit.js';
 import type { StepTarget } from '../workflow/steps.js';
 import { commitAcquiring } from './limit-acquire.js';
-import { afterGiveBack, giveBackWith } from './limit-release.js';
-
-const LIMITS_ON_CITUS =
-  'Step limits do not run on Citus yet (stepkey\'s tables are distributed in this database): ' +
-  'remove the step\'s limit, or put the work on a queue (defineQueue), whose concurrency and rate limits do.';
+import { afterExecution, afterGiveBack, giveBackLeft, giveBackWith, releaseWith } from './limit-release.js';
+import type { KeyRef } from '../ledger/types.js';
+import type { Queryable } from '../db/connect.js';
+import type { RunState } from '../workflow/run-state.js';
+import type { StepRow } from '../workflow/sql/step-rows.js';
 
 export class LimitRegistry implements StepLimits {
   readonly #sql: Sql;
   readonly #limits = new Map<string, Limit>();
   #settings: Promise<void> | undefined;
+  /** stepkey's tables are distributed by Citus (known once `ready` has resolved). */
+  #distributed = false;
+  /** `ready` has resolved. */
+  #ready = false;
 
   constructor(sql: Sql, limits: readonly Limit[], workflows: readonly Workflow[]) {
     this.#sql = sql;
@@ -73,23 +77,32 @@ export class LimitRegistry implements StepLimits {
     return limit;
   }
 
+  /** The settings are written and the database's kind known. */
+  get isReady(): boolean {
+    return this.#ready;
+  }
+
+  /** Whether stepkey's tables are distributed by Citus: known once `ready` has resolved. */
+  get distributed(): boolean {
+    return this.#distributed;
+  }
+
   /**
-   * Writes every registered limit's settings to its row, once per engine.
-   * Refuses a database whose tables Citus distributes: a limit's acquire and
-   * give-back are single statements that join the coordinator's partitions
-   * to the runs of every scope, which Citus does not run (queues do run there).
+   * Writes every registered limit's settings to its row, once per engine,
+   * and finds out whether the database is distributed by Citus (the
+   * acquire and give-back then take the statements Citus runs).
    */
   ready(): Promise<void> {
     this.#settings ??= tablesDistributed(this.#sql)
-      .then(
-        (distributed) => {
-          if (distributed) throw new StepkeyError('invalid_options', LIMITS_ON_CITUS);
-          return writeLimitSettings(this.#sql, [...this.#limits.values()]);
-        },
-      )
+      .then((distributed) => {
+        this.#distributed = distributed;
+        return writeLimitSettings(this.#sql, [...this.#limits.values()]);
+      })
+      .then(() => {
+        this.#ready = true;
+      })
       .catch((error: unknown) => {
-        // A database error is tried again at the next acquire; the refusal on Citus stands.
-        if (error instanceof StepkeyError) throw error;
+        // A database error is tried again at the next acquire.
         this.#settings = undefined;
         throw translateDatabaseError(error, 'writing limit settings');
       });
@@ -100,6 +113,23 @@ export class LimitRegistry implements StepLimits {
     return commitAcquiring(this, target, instance, extra);
   }
 
-  readonly giveBackWith = giveBackWith;
+  giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[]) {
+    return giveBackWith(state, q, rows, this.#distributed);
+  }
+
   readonly afterGiveBack = afterGiveBack;
+
+  releaseWith(state: RunState, q: Queryable) {
+    return releaseWith(state, q, this.#distributed);
+  }
+
+  afterExecution(state: RunState): Promise<void> {
+    return afterExecution(state, this.#distributed);
+  }
+
+  /** On Citus (an engine that registers limits): the slots runs left when they stopped executing, given back. */
+  async sweep(): Promise<KeyRef[]> {
+    if (this.#limits.size === 0 || !(await tablesDistributed(this.#sql))) return [];
+    return giveBackLeft(this.#sql);
+  }
 }

@@ -5,21 +5,38 @@
  * and marks the limit's longest waiter due. Once it has committed, this
  * process wakes that waiter at once (the sweeper would otherwise take it
  * at its next sweep). A run that ends, fails, is cancelled or parks gives
- * its slots back through the ledger trigger of migration 0008.
+ * its slots back in the transition that moves it (lifecycle/holds.ts).
+ *
+ * On Citus the transition runs on the scope's node and leaves the slots:
+ * the coordinator gives them back in the transition's transaction
+ * (`releaseWith`), or, for a run moved under its process (a cancel), when
+ * the execution ends; a sweep gives back what a killed process left.
  */
 import type postgres from 'postgres';
-import type { Queryable } from '../db/connect.js';
+import type { Queryable, Sql } from '../db/connect.js';
+import type { KeyRef } from '../ledger/types.js';
 import type { RunState } from '../workflow/run-state.js';
 import type { StepRow } from '../workflow/sql/step-rows.js';
 import { giveBackStatement, type WokenRun } from './sql/limits.js';
+import { giveBackDistributedStatement, slotsLeftStatement } from './sql/limits-distributed.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
+/** Runs whose left slots one sweep gives back at most. */
+const LEFT_PER_SWEEP = 100;
+
 /** The give-back to send with a commit of `rows`, when one of them records the step that holds a slot. */
-export function giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[]): Statement | undefined {
+export function giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[], distributed: boolean): Statement | undefined {
   const hold = state.buffer.limitHold;
   if (!hold || !rows.some((row) => row.name === hold.step)) return undefined;
-  return giveBackStatement(q, state.lease, hold.step) as unknown as Statement;
+  const statement = distributed ? giveBackDistributedStatement(q, state.lease, hold.step) : giveBackStatement(q, state.lease, hold.step);
+  return statement as unknown as Statement;
+}
+
+/** On Citus, sent after a transition: every slot of the run given back if the transition moved it. */
+export function releaseWith(state: RunState, q: Queryable, distributed: boolean): Statement | undefined {
+  if (!distributed || !state.buffer.limitHold) return undefined;
+  return giveBackDistributedStatement(q, state.lease) as unknown as Statement;
 }
 
 /** After the commit that carried `statement`: the slot is back; wake the waiters it marked due. */
@@ -28,4 +45,25 @@ export async function afterGiveBack(state: RunState, statement: Statement | unde
   state.buffer.limitHold = undefined;
   const woken = (await statement) as unknown as WokenRun[];
   for (const run of woken) state.deps.hooks.wake({ scope: run.scope, key: run.key });
+}
+
+/** On Citus, after an execution that still held a slot: given back if the run was moved under it. */
+export async function afterExecution(state: RunState, distributed: boolean): Promise<void> {
+  if (!distributed || !state.buffer.limitHold) return;
+  try {
+    await afterGiveBack(state, giveBackDistributedStatement(state.deps.sql, state.lease) as unknown as Statement);
+  } catch (error) {
+    // A sweep gives the slots back instead.
+    state.deps.log.warn({ event: 'limit.give_back_failed', scope: state.lease.scope, run: state.lease.key, error: String(error) }, 'a limit slot is left for a sweep to give back');
+  }
+}
+
+/** On Citus, for a sweep: the slots of runs that are not executing, given back; returns the runs marked due. */
+export async function giveBackLeft(sql: Sql): Promise<KeyRef[]> {
+  const left = await slotsLeftStatement(sql, LEFT_PER_SWEEP);
+  const woken: KeyRef[] = [];
+  for (const run of left) {
+    for (const due of await giveBackDistributedStatement(sql, run)) woken.push({ scope: due.scope, key: due.key });
+  }
+  return woken;
 }

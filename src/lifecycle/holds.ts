@@ -12,7 +12,10 @@
  *          entry kept in line; its limit slots are given back
  *
  * A limit slot given back marks the longest waiter of its limit and
- * partition due (stepkey.limit_give_back, migration 0008). The CTEs are
+ * partition due (stepkey.limit_give_back, migration 0008). On Citus the
+ * statement runs on the scope's node, where the limits' partitions are not:
+ * there the slots stay with the moved run and the coordinator gives them
+ * back in the same transaction (flow/limit-release.ts), or a sweep does. The CTEs are
  * appended after the transition's `moved` CTE, which returns the run's row
  * when the transition applied; the statement's final SELECT must read
  * `holdsRead` so that the give-back runs (a SELECT CTE nobody reads is never
@@ -39,11 +42,13 @@ export function giveBackHolds(b: StatementText, ref: KeyRef, how: HoldsGivenBack
       returning 1)`;
   }
   // The limit give-back runs only for a run that holds a slot: a run that holds none (most runs)
-  // costs one index probe here, not a function call.
+  // costs one index probe here, not a function call. On Citus the slots are given back on the
+  // coordinator instead (limit_slots_given_back_inline() is false there: migration 0017).
   b.sql`, holds_limits as (
       select g.woken_scope, g.woken_key
         from (select m.scope, m.key from ${raw(moved)} m
-               where exists (select 1 from stepkey.limit_slots s where s.scope = ${ref.scope} and s.key = ${ref.key})) held,
+               where stepkey.limit_slots_given_back_inline()
+                 and exists (select 1 from stepkey.limit_slots s where s.scope = ${ref.scope} and s.key = ${ref.key})) held,
              lateral stepkey.limit_give_back(held.scope, held.key, null, null) g)`;
 }
 

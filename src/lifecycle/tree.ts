@@ -107,10 +107,12 @@ export function endTreeStatement(q: Queryable, clock: Clock, ref: KeyRef, end: T
     ), left_queues as (
       delete from stepkey.queue_entries e using moved m where e.scope = ${ref.scope} and e.scope = m.scope and e.key = m.key returning 1
     ), limits_back as (
-      -- Called only for a run that holds a limit slot (as holds.ts does): most runs hold none.
+      -- Called only for a run that holds a limit slot (as holds.ts does): most runs hold none. On
+      -- Citus a sweep gives the slots back on the coordinator (the executing process, if any, first).
       select g.woken_scope
         from (select m.scope, m.key from moved m
-               where exists (select 1 from stepkey.limit_slots s where s.scope = ${ref.scope} and s.scope = m.scope and s.key = m.key)) held,
+               where stepkey.limit_slots_given_back_inline()
+                 and exists (select 1 from stepkey.limit_slots s where s.scope = ${ref.scope} and s.scope = m.scope and s.key = m.key)) held,
              lateral stepkey.limit_give_back(held.scope, held.key, null, null) g
     )
     select m.key, m.parent_run, (select count(*) from limits_back) as woken

@@ -79,6 +79,8 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   // A limit slot held by a step recorded here is given back in the same commit — before a
   // completion in it, whose trigger would give it back without naming the waiter it wakes.
   let giveBack: Statement | undefined;
+  // On Citus: the run's slots given back on the coordinator if this commit moves the run.
+  let release: Statement | undefined;
   // Sent last with a completion: the run's queue slot handed to the next queued run (slot-handoff.ts).
   let handOff = 0;
   const build = (q: Queryable, more: CommitExtra): Statement[] => {
@@ -88,6 +90,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
     giveBack = state.deps.limits?.giveBackWith(state, q, all);
+    release = !giveBack && (extra.complete || extra.statements || more.statements) ? state.deps.limits?.releaseWith(state, q) : undefined;
     return [
       // Before the step rows: a completion among them gives the lease up, which this update requires.
       ...(state.buffer.traceToStore ? [storeTraceContextStatement(q, state.lease, state.buffer.traceToStore)] : []),
@@ -96,6 +99,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
       ...(staleStart && !extra.complete ? [refreshRunLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
       ...(extra.statements?.(q) ?? []),
       ...(more.statements?.(q) ?? []),
+      ...(release ? [release] : []),
       ...handing,
     ];
   };
@@ -144,7 +148,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   for (const row of committed) state.record.finished.set(row.name, row);
   state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
   if (handOff > 0) state.deps.slotHandOff?.afterCompletion(state.lease, answers.slice(-handOff));
-  await state.deps.limits?.afterGiveBack(state, giveBack);
+  await state.deps.limits?.afterGiveBack(state, giveBack ?? release);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }
 

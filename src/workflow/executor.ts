@@ -70,6 +70,8 @@ export async function executeRun(
       // Anything still uncommitted here belongs to an execution that failed unexpectedly.
       await state.buffer.takeDeferred()?.transaction.rollback();
       await state.buffer.takeOpening()?.rollback();
+      // On Citus: slots still held by a run moved under this execution (a cancel) go back now.
+      await state.deps.limits?.afterExecution(state);
     }
   }, runEnding);
 }
@@ -144,11 +146,14 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
     if (unkept instanceof RunStopped) return { state: 'stopped', reason: unkept.reason };
     if (unkept !== undefined) throw unkept;
     const failing = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
+    const release = state.deps.limits?.releaseWith(state, failing.sql);
     const [rows] = await failing.commit(
       failRunStatement(failing.sql, state.deps.clock, state.lease, toJsonText(stored, 'error'), { retentionMs: state.deps.retentionMs }),
       ...wakeParent(state, failing.sql),
+      ...(release ? [release] : []),
     );
     if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };
+    await state.deps.limits?.afterGiveBack(state, release);
   } catch (failure) {
     throw translateDatabaseError(failure, 'recording a failed run');
   }

@@ -7,6 +7,7 @@
  */
 import type postgres from 'postgres';
 import type { Queryable } from '../db/connect.js';
+import type { KeyRef } from '../ledger/types.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { commitWaiting, type CommitExtra } from './commit.js';
 import type { RunState } from './run-state.js';
@@ -29,6 +30,16 @@ export interface StepLimits {
   giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[]): Statement | undefined;
   /** After the commit that carried a give-back: the slot is back, and the waiters it marked due are woken. */
   afterGiveBack(state: RunState, statement: Statement | undefined): Promise<void>;
+  /**
+   * On Citus, where a transition leaves the run's slots to the coordinator: the give-back to
+   * send after a transition that may move the run (its end, its failure, its park), in the same
+   * transaction. A run still in progress keeps its slots. `afterGiveBack` follows its commit.
+   */
+  releaseWith(state: RunState, q: Queryable): Statement | undefined;
+  /** After an execution ends here: on Citus, the slots of a run moved under it (a cancel) given back. */
+  afterExecution(state: RunState): Promise<void>;
+  /** For the sweeper: on Citus, the slots left by runs that stopped executing, given back; returns the runs marked due. */
+  sweep(): Promise<KeyRef[]>;
 }
 
 /**

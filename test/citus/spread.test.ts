@@ -1,5 +1,7 @@
 /**
- * The Citus stage's last file: runs (two steps, a sleep, a step) over twenty
+ * The Citus stage's last file: a step limit held across scopes (its slots
+ * given back on the coordinator, and by a sweep when a run left one); runs
+ * (two steps, a sleep, a step) over twenty
  * scopes on a database distributed by scope, then every scoped table that holds them has rows on
  * both workers, and every scoped table is co-located with the ledger (a
  * scope's rows of every table on one node).
@@ -47,28 +49,63 @@ async function rowsByWorker(table: string): Promise<Map<number, number>> {
   return byPort;
 }
 
-const metered = defineLimit({ name: 'spread-metered', concurrency: 2 });
+const pair = defineLimit({ name: 'spread-pair', concurrency: 2 });
+let inside = 0;
+let most = 0;
 let called = 0;
 const limited = defineWorkflow({
   name: 'spread-limited',
   version: 1,
   input: z.object({}),
-  steps: { call: step('call.v1', { limit: metered }) },
+  steps: { first: step('first.v1'), call: step('call.v1', { limit: pair }) },
   async run({ steps }) {
-    return steps.call.call(async () => String(++called));
+    await steps.first.tx(async () => 'ok');
+    return steps.call.call(async () => {
+      inside += 1;
+      most = Math.max(most, inside);
+      called += 1;
+      // Long enough for other runs to find both slots held and park.
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      inside -= 1;
+      return 'done';
+    });
   },
 });
 
 describe('stepkey distributed by scope', () => {
-  it('refuses a step limit, saying why and what to use instead; the step never runs', async () => {
-    const limitedEngine = testEngine(db(), [limited], { limits: [metered] });
+  it('holds a step limit across scopes: never more than its concurrency at once, every slot given back', async () => {
+    const limitedEngine = testEngine(db(), [limited], { limits: [pair] });
     try {
-      const ref = { scope: 'tenant-limited', key: 'limited-1' };
-      const error = await limitedEngine.run(limited, ref, {}).catch((e: unknown) => e);
-      expect((error as Error).message).toMatch(/Step limits do not run on Citus yet .*put the work on a queue/);
-      expect(called).toBe(0);
-      const [steps] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.steps where scope = ${ref.scope} and run_key = ${ref.key}`;
-      expect(steps!.n).toBe(0);
+      const refs = Array.from({ length: 24 }, (_, i) => ({ scope: `tenant-limited-${i % 8}`, key: `limited-${i}` }));
+      const results = await Promise.all(refs.map((ref) => limitedEngine.run(limited, ref, {})));
+      expect(results).toEqual(refs.map(() => 'done'));
+      expect(called).toBe(24);
+      expect(most).toBeLessThanOrEqual(2);
+      const [left] = await db().sql<{ held: number; slots: number }[]>`
+        select (select coalesce(sum(held), 0) from stepkey.limit_partitions where limit_name = 'spread-pair')::int as held,
+               (select count(*) from stepkey.limit_slots where limit_name = 'spread-pair')::int as slots`;
+      expect(left).toEqual({ held: 0, slots: 0 });
+    } finally {
+      await limitedEngine.shutdown();
+    }
+  });
+
+  it('a sweep gives back the slot a run left when it stopped executing', async () => {
+    const limitedEngine = testEngine(db(), [limited], { limits: [pair] });
+    try {
+      const ref = { scope: 'tenant-left', key: 'left-1' };
+      await limitedEngine.run(limited, ref, {});
+      // As a process killed between its run's end and the coordinator's give-back leaves it.
+      await db().sql.begin(async (tx) => {
+        await tx`insert into stepkey.limit_slots (scope, key, limit_name, partition, step, token)
+                 values (${ref.scope}, ${ref.key}, 'spread-pair', '', 'call.v1', gen_random_uuid())`;
+        await tx`update stepkey.limit_partitions set held = held + 1 where limit_name = 'spread-pair' and partition = ''`;
+      });
+      await limitedEngine.sweep();
+      const [left] = await db().sql<{ held: number; slots: number }[]>`
+        select (select coalesce(sum(held), 0) from stepkey.limit_partitions where limit_name = 'spread-pair')::int as held,
+               (select count(*) from stepkey.limit_slots where limit_name = 'spread-pair')::int as slots`;
+      expect(left).toEqual({ held: 0, slots: 0 });
     } finally {
       await limitedEngine.shutdown();
     }

@@ -10,9 +10,12 @@
  * the meantime (stepkey.limit_give_back, migration 0008) waits for that lock
  * and then finds the run parked and marks it due: no wake-up is lost.
  */
+import type postgres from 'postgres';
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
 import type { Lease } from '../../ledger/types.js';
+
+type Fragment = postgres.PendingQuery<postgres.Row[]>;
 
 export interface Acquired {
   /** The limit's settings row exists (the engine wrote it). */
@@ -57,31 +60,12 @@ export function acquireStatement(q: Queryable, clock: Clock, request: AcquireReq
   const { lease, limit, partition, step } = request;
   // The wall clock, not the transaction's start: the transaction may be an earlier tx step's.
   const now = q`(clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
-  const refilled = (row: string) => q`
-    least(s.rate_limit::float8,
-          coalesce(${q(row)}.tokens, s.rate_limit::float8)
-          + greatest(0, extract(epoch from ${now} - coalesce(${q(row)}.refilled_at, ${now})) * 1000) * s.rate_limit / s.rate_period_ms)`;
+  const refilled = (row: string) => refilledTokens(q, now, row);
   return q<Acquired[]>`
-    with settings as (
-      select concurrency, rate_limit, rate_period_ms from stepkey.limits where name = ${limit}
-    ), mine as (
+    with mine as (
       select count(*) > 0 as held from stepkey.limit_slots
        where scope = ${lease.scope} and key = ${lease.key} and limit_name = ${limit} and partition = ${partition}
-    ), taken as (
-      insert into stepkey.limit_partitions as p (limit_name, partition, held, tokens, refilled_at, granted)
-      select ${limit}, ${partition}, case when s.concurrency is null then 0 else 1 end,
-             s.rate_limit::float8 - 1, ${now}, 1
-        from settings s
-      on conflict (limit_name, partition) do update
-         set held = p.held + (select case when s.concurrency is null or m.held then 0 else 1 end from settings s, mine m),
-             tokens = (select ${refilled('p')} - 1 from settings s),
-             refilled_at = greatest(p.refilled_at, ${now}),
-             granted = p.granted + 1
-       where (select (s.concurrency is null or m.held or p.held < s.concurrency)
-                     and (s.rate_limit is null or ${refilled('p')} >= 1)
-                from settings s, mine m)
-      returning 1
-    ), slot as (
+    ), ${takeFromPartition(q, now, limit, partition)}, slot as (
       insert into stepkey.limit_slots as l (scope, key, limit_name, partition, step, token, granted_at)
       select ${lease.scope}, ${lease.key}, ${limit}, ${partition}, ${step}, ${lease.token}::uuid, ${now}
         from taken, settings s
@@ -115,6 +99,41 @@ export function acquireStatement(q: Queryable, clock: Clock, request: AcquireReq
                    where not exists (select 1 from taken)),
                  -- Refused for a slot: woken when one is given back, or after the backstop.
                  ${request.backstopMs}::float8))::float8 as retry_at_ms`;
+}
+
+/** The bucket's tokens in the partition row `row` now: refilled since its last refill, never above the limit. */
+export function refilledTokens(q: Queryable, now: Fragment, row: string) {
+  return q`
+    least(s.rate_limit::float8,
+          coalesce(${q(row)}.tokens, s.rate_limit::float8)
+          + greatest(0, extract(epoch from ${now} - coalesce(${q(row)}.refilled_at, ${now})) * 1000) * s.rate_limit / s.rate_period_ms)`;
+}
+
+/**
+ * The CTEs `settings` (the limit's row) and `taken` (one row when the step
+ * may run: a token and/or a slot taken from the partition's row, which the
+ * upsert locks either way), after a CTE `mine` that says whether the run
+ * already holds the partition's slot. Used on one PostgreSQL and on Citus.
+ */
+export function takeFromPartition(q: Queryable, now: Fragment, limit: string, partition: string) {
+  const refilled = (row: string) => refilledTokens(q, now, row);
+  return q`settings as (
+      select concurrency, rate_limit, rate_period_ms from stepkey.limits where name = ${limit}
+    ), taken as (
+      insert into stepkey.limit_partitions as p (limit_name, partition, held, tokens, refilled_at, granted)
+      select ${limit}, ${partition}, case when s.concurrency is null then 0 else 1 end,
+             s.rate_limit::float8 - 1, ${now}, 1
+        from settings s
+      on conflict (limit_name, partition) do update
+         set held = p.held + (select case when s.concurrency is null or m.held then 0 else 1 end from settings s, mine m),
+             tokens = (select ${refilled('p')} - 1 from settings s),
+             refilled_at = greatest(p.refilled_at, ${now}),
+             granted = p.granted + 1
+       where (select (s.concurrency is null or m.held or p.held < s.concurrency)
+                     and (s.rate_limit is null or ${refilled('p')} >= 1)
+                from settings s, mine m)
+      returning 1
+    )`;
 }
 
 /** A run marked due because a slot was given back. */
