@@ -164,7 +164,7 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
 /**
  * A child run's end marks its parent due, if the parent is parked on it: the
  * parent's row locked first, then the conditional wake (see
- * waits/sql/child-runs.ts).
+ * lifecycle/wake.ts).
  */
 function wakeParent(state: RunState, q: Queryable) {
   return wakeParentStatements(q, state.deps.clock, state.lease, state.parentRun);
