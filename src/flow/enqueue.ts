@@ -3,7 +3,7 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   lock the queue if no one holds its lock (its advisory lock and its row's)
+ *   lock the queue if no one holds its lock    (its advisory lock and its row's; sent with the claim)
  *   insert the entry; park the run (wait_kind 'slot'); dispatch; COMMIT
  *
  * When another transaction holds the queue's lock, the entry and the park
@@ -69,7 +69,12 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
-    const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    // The queue's lock is tried in the claim's round trip: most enqueues are a new run's, which
+    // needs it. A claim that finds its key taken lets it go with the transaction, at once.
+    const [claim, lock] = await Promise.all([
+      claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }),
+      flow.tryLockIn(tx.sql, request.entry.queue),
+    ]);
     if (claim.state === 'waiting' && claim.resumed) {
       const queue = claim.wait.for ?? request.entry.queue;
       await flow.lockIn(tx.sql, queue);
@@ -85,7 +90,6 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
-    const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
       // dispatch follows. Or every slot is held: the entry waits its turn (each slot's holder hands
