@@ -6,33 +6,43 @@
 CREATE FUNCTION "stepkey"."limit_slots_given_back_inline"() RETURNS boolean
   LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
 --> statement-breakpoint
+-- The lock a step limit's partition is taken from and given back to under, on Citus: a
+-- transaction-level advisory lock, which the coordinator holds until its nodes have committed
+-- (a row's lock is seen as free once the coordinator's own part commits, before the nodes').
+CREATE FUNCTION "stepkey"."limit_partition_lock"(p_limit text, p_partition text) RETURNS void
+  LANGUAGE sql AS $$ SELECT pg_advisory_xact_lock(hashtextextended('stepkey.limit' || chr(30) || p_limit || chr(31) || p_partition, 0)) $$;
+--> statement-breakpoint
 -- Gives back, on Citus, a run's limit slots — those of step p_step under lease token p_token (the
--- commit that records the step), or with p_step null every slot of a run that is no longer in
--- progress (its transition moved it: a run still executing keeps its slots, across a takeover
--- too) — and, for each slot given back, marks the longest waiter of its limit and partition due.
--- Returns the runs marked due. As in stepkey.limit_give_back, the partition's row is updated (and
--- so locked) before the waiter is looked for: a refused acquire holds that row until its park
--- commits (Citus commits the nodes' part before the coordinator lets its locks go), so a wake-up
--- is never lost between a refusal and its park. Citus runs no locking read across shards: the
--- waiter is read without a lock and marked by its scope and key with its wait rechecked; if it
--- moved meanwhile, the next is tried. Custom plans: Citus routes a statement to one node by the
--- values it is given.
+-- commit that records the step), or with p_step null every slot of a run that is not in progress
+-- (its transition moved it, or it is gone; a run executing keeps its slots, across a takeover too:
+-- its row is locked first, so a claim of it waits for this give-back or this finds it running) —
+-- and, for each slot given back, marks the longest waiter of its limit and partition due. Returns
+-- the runs marked due. Under the partition's lock (stepkey.limit_partition_lock), which an acquire
+-- refused for want of a slot holds until its park has committed on every node: a wake-up is never
+-- lost between a refusal and its park. Citus runs no locking read across shards: the waiter is
+-- read without a lock and marked by its scope and key with its wait rechecked; if it moved
+-- meanwhile, the next is tried. Custom plans: Citus routes a statement to one node by the values
+-- it is given.
 CREATE FUNCTION "stepkey"."limit_give_back_distributed"(p_scope text, p_key text, p_step text, p_token uuid)
   RETURNS TABLE(woken_scope text, woken_key text) LANGUAGE plpgsql
   SET plan_cache_mode = 'force_custom_plan' AS $$
 DECLARE
+  run_status text;
   freed record;
   waiter record;
 BEGIN
+  IF p_step IS NULL THEN
+    SELECT l.status INTO run_status FROM "stepkey"."ledger" l
+     WHERE l.scope = p_scope AND l.key = p_key FOR SHARE;
+    IF run_status = 'in_progress' THEN RETURN; END IF;
+  END IF;
   FOR freed IN
     DELETE FROM "stepkey"."limit_slots" s
      WHERE s.scope = p_scope AND s.key = p_key
-       AND CASE WHEN p_step IS NULL
-                THEN NOT EXISTS (SELECT 1 FROM "stepkey"."ledger" l
-                                  WHERE l.scope = p_scope AND l.key = p_key AND l.status = 'in_progress')
-                ELSE s.step = p_step AND s.token = p_token END
+       AND (p_step IS NULL OR (s.step = p_step AND s.token = p_token))
     RETURNING s.limit_name, s.partition
   LOOP
+    PERFORM "stepkey"."limit_partition_lock"(freed.limit_name, freed.partition);
     UPDATE "stepkey"."limit_partitions" p SET held = p.held - 1
      WHERE p.limit_name = freed.limit_name AND p.partition = freed.partition;
     FOR waiter IN

@@ -17,6 +17,7 @@ import { deadlineExceededOutcome } from '../lifecycle/deadline.js';
 import { sweepExpiredRuns } from '../lifecycle/sweep.js';
 import { endTreeIn } from '../lifecycle/tree.js';
 import { instrument } from '../telemetry/instrumentation.js';
+import { translateDatabaseError } from '../errors/pg-errors.js';
 import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
 import { inDatabase, type EngineCore } from './core.js';
 
@@ -66,10 +67,10 @@ export class Sweeper {
         sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions(), DEADLINES_PER_SWEEP),
       );
       const ended = await this.#endPastDeadline(pastDeadline);
-      // On Citus: limit slots left by runs that stopped executing, given back on the coordinator.
-      const slotsBack = await inDatabase('giving back limit slots', async () => (await core.deps.limits?.sweep()) ?? []);
-      for (const ref of slotsBack) core.waker.wake(ref);
-      if (capacity <= 0) return ended;
+      if (capacity <= 0) {
+        await this.#giveBackLimitSlots();
+        return ended;
+      }
       this.#backlog = taken.length >= capacity;
       instrument.sweptRuns(taken.length);
       for (const run of taken) {
@@ -88,6 +89,7 @@ export class Sweeper {
             if (this.#backlog && this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
           });
       }
+      await this.#giveBackLimitSlots();
       return ended + taken.length + (await core.dispatcher.sweep(capacity - taken.length));
     } finally {
       this.#sweeping = false;
@@ -95,6 +97,19 @@ export class Sweeper {
         this.#again = false;
         if (this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
       }
+    }
+  }
+
+  /**
+   * On Citus: the limit slots runs left when they stopped executing, given back on the coordinator
+   * (after the runs this sweep took are admitted; a failure is reported, and the next sweep tries again).
+   */
+  async #giveBackLimitSlots(): Promise<void> {
+    const core = this.#core;
+    try {
+      for (const ref of (await core.deps.limits?.sweep((error, context) => core.onError(error, context))) ?? []) core.waker.wake(ref);
+    } catch (error) {
+      core.onError(translateDatabaseError(error, 'giving back limit slots'), 'giving back limit slots');
     }
   }
 

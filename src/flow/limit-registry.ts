@@ -128,8 +128,8 @@ export class LimitRegistry implements StepLimits {
   }
 
   /** On Citus (an engine that registers limits): the slots runs left when they stopped executing, given back. */
-  async sweep(): Promise<KeyRef[]> {
+  async sweep(onError: (error: unknown, context: string) => void): Promise<KeyRef[]> {
     if (this.#limits.size === 0 || !(await tablesDistributed(this.#sql))) return [];
-    return giveBackLeft(this.#sql);
+    return giveBackLeft(this.#sql, (error, run) => onError(translateDatabaseError(error, 'giving back limit slots'), `giving back the limit slots of run '${run.key}'`));
   }
 }

@@ -59,11 +59,16 @@ export async function afterExecution(state: RunState, distributed: boolean): Pro
 }
 
 /** On Citus, for a sweep: the slots of runs that are not executing, given back; returns the runs marked due. */
-export async function giveBackLeft(sql: Sql): Promise<KeyRef[]> {
+export async function giveBackLeft(sql: Sql, onError: (error: unknown, run: KeyRef) => void): Promise<KeyRef[]> {
   const left = await slotsLeftStatement(sql, LEFT_PER_SWEEP);
   const woken: KeyRef[] = [];
   for (const run of left) {
-    for (const due of await giveBackDistributedStatement(sql, run)) woken.push({ scope: due.scope, key: due.key });
+    try {
+      for (const due of await giveBackDistributedStatement(sql, run)) woken.push({ scope: due.scope, key: due.key });
+    } catch (error) {
+      // One run's give-back failing (a node lost, a deadlock's victim) holds up no other's.
+      onError(error, run);
+    }
   }
   return woken;
 }

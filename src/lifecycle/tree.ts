@@ -108,7 +108,8 @@ export function endTreeStatement(q: Queryable, clock: Clock, ref: KeyRef, end: T
       delete from stepkey.queue_entries e using moved m where e.scope = ${ref.scope} and e.scope = m.scope and e.key = m.key returning 1
     ), limits_back as (
       -- Called only for a run that holds a limit slot (as holds.ts does): most runs hold none. On
-      -- Citus a sweep gives the slots back on the coordinator (the executing process, if any, first).
+      -- Citus the slots stay until the coordinator gives them back: at the end of an execution moved
+      -- under its process, or in a sweep.
       select g.woken_scope
         from (select m.scope, m.key from moved m
                where stepkey.limit_slots_given_back_inline()

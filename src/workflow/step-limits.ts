@@ -39,7 +39,7 @@ export interface StepLimits {
   /** After an execution ends here: on Citus, the slots of a run moved under it (a cancel) given back. */
   afterExecution(state: RunState): Promise<void>;
   /** For the sweeper: on Citus, the slots left by runs that stopped executing, given back; returns the runs marked due. */
-  sweep(): Promise<KeyRef[]>;
+  sweep(onError: (error: unknown, context: string) => void): Promise<KeyRef[]>;
 }
 
 /**

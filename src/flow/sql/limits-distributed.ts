@@ -16,10 +16,13 @@
  *              stopped executing without giving them back (a process killed
  *              between, a cancel of a run executing elsewhere)
  *
- * The guarantee is the one limits.ts states: the partition's row is changed
- * by INSERT … ON CONFLICT DO UPDATE, which locks it, so two acquirers never
- * both take the last slot or token; a refused acquire holds that lock until
- * its park commits.
+ * The guarantee is the one limits.ts states, kept under the partition's
+ * advisory lock (stepkey.limit_partition_lock, migration 0017) rather than
+ * its row's: Citus commits the coordinator's part before the nodes', and a
+ * row's lock is free once the coordinator's part has committed, while an
+ * advisory lock is held until every node has — so a give-back that follows
+ * a refused acquire sees its park. The run's own rows are read locked, so a
+ * sweep's give-back of its slots never crosses its acquire.
  */
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
@@ -29,15 +32,24 @@ import { refilledTokens, takeFromPartition, type Acquired, type AcquireRequest, 
 /** Takes from the limit's partition as acquireStatement does, in the statements Citus can run. */
 export async function acquireDistributed(q: Queryable, clock: Clock, request: AcquireRequest): Promise<Acquired> {
   const { lease, limit, partition, step } = request;
-  // On the run's node: the lease (raises when it is lost) and whether the run holds this partition's slot.
+  // On the run's node: the lease (raises when it is lost) and whether the run holds this partition's
+  // slot, both locked — a give-back of the run's slots (a sweep's) either finished first, or finds
+  // the run executing and keeps them.
   const [mine] = await q<{ held: boolean }[]>`
-    select stepkey.lease_held(count(*)) and exists (
-             select 1 from stepkey.limit_slots
-              where scope = ${lease.scope} and key = ${lease.key} and limit_name = ${limit} and partition = ${partition}) as held
-      from stepkey.ledger
-     where scope = ${lease.scope} and key = ${lease.key} and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
+    with run as (
+      select 1 from stepkey.ledger
+       where scope = ${lease.scope} and key = ${lease.key} and lease_token = ${lease.token}::uuid and status = 'in_progress'
+         for share
+    ), slot as (
+      select 1 from stepkey.limit_slots
+       where scope = ${lease.scope} and key = ${lease.key} and limit_name = ${limit} and partition = ${partition}
+         for update
+    )
+    select stepkey.lease_held((select count(*) from run)) and exists (select 1 from slot) as held`;
   const now = q`(clock_timestamp() + ${clock.offsetMs}::float8 * interval '1 millisecond')`;
-  // On the coordinator: the partition's row, taken from or locked as it is.
+  // On the coordinator, under the partition's lock (held until every node has committed): the
+  // partition's row, taken from or left as it is.
+  await q`select stepkey.limit_partition_lock(${limit}, ${partition})`;
   const [taken] = await q<{ known: boolean; granted: boolean; slotted: boolean; now_ms: number; token_ms: number | null; short: number | null }[]>`
     with mine as (select ${mine?.held ?? false}::boolean as held), ${takeFromPartition(q, now, limit, partition)}
     select exists (select 1 from settings) as known,
@@ -84,7 +96,7 @@ export function giveBackDistributedStatement(q: Queryable, run: KeyRef | Lease, 
 }
 
 /**
- * Runs that hold limit slots and are not executing — left by a process
+ * Runs that hold limit slots and are not executing (or are gone) — left by a process
  * that stopped between a transition and its give-back, or by a cancel of a
  * run executing elsewhere. A read across shards (the slots joined to their
  * runs in each shard), for the sweeper.
@@ -93,7 +105,7 @@ export function slotsLeftStatement(q: Queryable, limit: number) {
   return q<KeyRef[]>`
     select distinct s.scope, s.key
       from stepkey.limit_slots s
-      join stepkey.ledger l on l.scope = s.scope and l.key = s.key
-     where l.status <> 'in_progress'
+      left join stepkey.ledger l on l.scope = s.scope and l.key = s.key
+     where l.status is distinct from 'in_progress'
      limit ${limit}`;
 }
