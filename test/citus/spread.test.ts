@@ -13,6 +13,7 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
+import { limitHeld } from '../helpers/limits.js';
 
 const db = useTestDatabase();
 let engine: Engine;
@@ -81,10 +82,7 @@ describe('stepkey distributed by scope', () => {
       expect(results).toEqual(refs.map(() => 'done'));
       expect(called).toBe(24);
       expect(most).toBeLessThanOrEqual(2);
-      const [left] = await db().sql<{ held: number; slots: number }[]>`
-        select (select coalesce(sum(held), 0) from stepkey.limit_partitions where limit_name = 'spread-pair')::int as held,
-               (select count(*) from stepkey.limit_slots where limit_name = 'spread-pair')::int as slots`;
-      expect(left).toEqual({ held: 0, slots: 0 });
+      expect(await limitHeld(db().sql, 'spread-pair')).toMatchObject({ held: 0, slots: 0 });
     } finally {
       await limitedEngine.shutdown();
     }
@@ -102,10 +100,7 @@ describe('stepkey distributed by scope', () => {
         await tx`update stepkey.limit_partitions set held = held + 1 where limit_name = 'spread-pair' and partition = ''`;
       });
       await limitedEngine.sweep();
-      const [left] = await db().sql<{ held: number; slots: number }[]>`
-        select (select coalesce(sum(held), 0) from stepkey.limit_partitions where limit_name = 'spread-pair')::int as held,
-               (select count(*) from stepkey.limit_slots where limit_name = 'spread-pair')::int as slots`;
-      expect(left).toEqual({ held: 0, slots: 0 });
+      expect(await limitHeld(db().sql, 'spread-pair')).toMatchObject({ held: 0, slots: 0 });
     } finally {
       await limitedEngine.shutdown();
     }
