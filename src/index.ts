@@ -119,6 +119,7 @@ export type { RunWaitView, WaitKind } from './lifecycle/wait.js';
 export type { Sent } from './workflow/waits/send.js';
 export { ChildRunError, type ChildEnd, type ChildRunErrorData } from './workflow/waits/child-error.js';
 export { childRunKey } from './workflow/waits/children.js';
+export type { ChildOptions } from './workflow/waits/queued-child.js';
 export type { RetryPolicy } from './workflow/retry.js';
 export { dateField } from './workflow/schemas.js';
 
