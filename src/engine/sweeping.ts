@@ -18,6 +18,7 @@ import { sweepExpiredRuns } from '../lifecycle/sweep.js';
 import { endTreeIn } from '../lifecycle/tree.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
+import { tablesDistributed } from '../db/citus.js';
 import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
 import { inDatabase, type EngineCore } from './core.js';
 
@@ -63,8 +64,10 @@ export class Sweeper {
     try {
       const capacity = Math.max(0, core.settings.wakeRoom - core.waker.admitted - core.waker.inFlight);
       const tokens = Array.from({ length: capacity }, () => randomUUID());
-      const { taken, pastDeadline } = await inDatabase('sweeping expired, due and past-deadline runs', () =>
-        sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions(), DEADLINES_PER_SWEEP),
+      const { taken, pastDeadline } = await inDatabase('sweeping expired, due and past-deadline runs', async () =>
+        sweepExpiredRuns(core.sql, core.clock, tokens, core.settings.leaseMs, core.versions(), DEADLINES_PER_SWEEP, {
+          skipLocked: !(await tablesDistributed(core.sql)),
+        }),
       );
       const ended = await this.#endPastDeadline(pastDeadline);
       if (capacity <= 0) {

@@ -54,6 +54,7 @@ export async function sweepExpiredRuns(
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
   deadlines = 0,
+  options: { skipLocked?: boolean } = {},
 ): Promise<{ taken: SweptRun[]; pastDeadline: KeyRef[] }> {
   const limit = tokens.length;
   if (limit === 0 && deadlines === 0) return { taken: [], pastDeadline: [] };
@@ -65,7 +66,7 @@ export async function sweepExpiredRuns(
     .map(({ scope, key, kind }) => ({ scope, key, woken: kind === 'due' }))
     .sort((a, b) => (a.scope === b.scope ? (a.key < b.key ? -1 : a.key > b.key ? 1 : 0) : a.scope < b.scope ? -1 : 1));
   if (sweepable.length === 0) return { taken: [], pastDeadline };
-  return { taken: await takeSwept(q, clock, sweepable, tokens, leaseMs, versions), pastDeadline };
+  return { taken: await takeSwept(q, clock, sweepable, tokens, leaseMs, versions, options.skipLocked ?? false), pastDeadline };
 }
 
 /** `name chr(31) version` of each registered workflow version: the form the sweep compares. */
@@ -108,6 +109,10 @@ function findSweepable(q: Queryable, clock: Clock, limit: number, deadlines: num
  * Takes the candidates that are still expired or due, each by its (scope,
  * key): on PostgreSQL one primary-key probe each, on Citus each shard's rows
  * on that shard (one statement for the batch, whatever the number of scopes).
+ * `skipLocked` (one PostgreSQL): a candidate another sweeper is taking is
+ * skipped, not waited for — sweepers of a backlog that read the same oldest
+ * runs each take what the others do not. Citus runs no locking read across
+ * shards: there a sweeper waits for such a row and then finds it taken.
  */
 function takeSwept(
   q: Queryable,
@@ -116,6 +121,7 @@ function takeSwept(
   tokens: readonly string[],
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
+  skipLocked: boolean,
 ) {
   const now = sqlNow(q, clock);
   const tag = (row: { scope: string; key: string }) => `${row.scope}\u001f${row.key}`;
@@ -123,6 +129,7 @@ function takeSwept(
   const due = found.filter((row) => row.woken).map(tag);
   const mine = tokens.slice(0, found.length) as string[];
   const lTag = q`(l.scope || chr(31) || l.key)`;
+  const pairs = q`select * from unnest(${found.map((row) => row.scope)}::text[], ${found.map((row) => row.key)}::text[])`;
   return q<SweptRun[]>`
     update stepkey.ledger l
        set status = 'in_progress',
@@ -130,7 +137,7 @@ function takeSwept(
            locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
            attempts = l.attempts + (l.status = 'in_progress')::int,
            updated_at = ${now}
-     where (l.scope, l.key) in (select * from unnest(${found.map((row) => row.scope)}::text[], ${found.map((row) => row.key)}::text[]))
+     where (l.scope, l.key) in ${skipLocked ? q`(select c.scope, c.key from stepkey.ledger c where (c.scope, c.key) in (${pairs}) for update skip locked)` : q`(${pairs})`}
        and (l.deadline_at is null or l.deadline_at > ${now})
        and (l.name || chr(31) || l.version::text) = any(${versionTags(versions)}::text[])
        and ((not ${lTag} = any(${due}::text[]) and l.kind = 'run' and l.status = 'in_progress' and l.locked_until <= ${now})
