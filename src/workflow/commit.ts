@@ -1,5 +1,5 @@
 /**
- * Committing what a run has written. Three kinds of work wait for a commit:
+ * Committing what a run has written. Four kinds of work wait for a commit:
  *
  *   the run's start    its claim, folded into its first write (state.buffer.opening)
  *   the last tx step   its transaction, writes and step row done, left open
@@ -11,7 +11,8 @@
  *                      (an attempt's start rides the commit before its call)
  *
  * `commitWaiting` commits all of it — plus whatever the caller adds — in one
- * transaction. Every step row in it is fenced by the run's lease; if the
+ * transaction, with a limit slot's give-back when a step that holds one is
+ * recorded (or, on Citus, the run's slots after a transition that moves it). Every step row in it is fenced by the run's lease; if the
  * lease is gone, or another holder committed one of those steps first, the
  * whole transaction rolls back and this process stops the run (another holds
  * it, or it restarts from what the ledger holds).
