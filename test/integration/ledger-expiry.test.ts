@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { Ledger } from '../../src/ledger/ledger.js';
-import { useTestDatabase } from '../helpers/database.js';
+import { connect } from '../../src/db/connect.js';
+import { onCitus, useTestDatabase } from '../helpers/database.js';
 import { testLedger, uniqueKey } from '../helpers/ledger.js';
 
 const db = useTestDatabase();
@@ -96,6 +97,26 @@ describe('expiry and purge', () => {
     expect(purged.children).toBeGreaterThanOrEqual(2);
     const left = await db().sql<{ key: string }[]>`select key from stepkey.key_rows where scope = ${scope} order by key`;
     expect(left.map((row) => row.key)).toEqual(['working', 'young']);
+  });
+
+  it.skipIf(onCitus())('purges a batch spread over many scopes in a fixed number of statements (one PostgreSQL)', async () => {
+    const statements: string[] = [];
+    const counted = Object.assign(connect(db().url, { max: 2, onStatement: (text) => statements.push(text) }), { name: db().name });
+    try {
+      const ledger = testLedger(counted, { retentionMs: HOUR });
+      const tag = uniqueKey('spread');
+      for (let i = 0; i < 12; i += 1) await completed(ledger, `${tag}-${i}`, `k-${i}`);
+      ledger.clock.advance(HOUR + 1);
+      statements.length = 0;
+      const purged = await ledger.purge({ batchSize: 100, maxBatches: 1 });
+      expect(purged.roots).toBeGreaterThanOrEqual(12);
+      // The read across scopes, one delete for the batch, the mailboxes' second look: whatever the number of scopes.
+      expect(statements.length).toBeLessThanOrEqual(4);
+      const [left] = await db().sql<{ n: number }[]>`select count(*)::int as n from stepkey.key_rows where scope like ${`${tag}-%`}`;
+      expect(left!.n).toBe(0);
+    } finally {
+      await counted.close();
+    }
   });
 
   it('purges past a batch of expired children whose parent is unfinished: they are kept, what expired after them goes', async () => {

@@ -11,11 +11,13 @@
  * committed after the statement's snapshot is deleted by a second statement
  * from a fresh snapshot, as when a claim forgets a key (see takeover.ts).
  *
- * Expired roots are found across scopes by a read, then deleted one scope at a
- * time: each statement names its scope (on Citus it runs on that scope's node).
+ * Expired roots are found across scopes by a read, then deleted: on one
+ * PostgreSQL by one statement for the batch, on Citus one scope at a time
+ * (each statement names its scope, and runs on that scope's node).
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
+import { tablesDistributed } from '../../db/citus.js';
 import { forgetMailStatement } from './takeover.js';
 
 export async function purgeExpiredRows(
@@ -36,59 +38,71 @@ export async function purgeExpiredRows(
               where p.scope = l.scope and p.key = l.parent_run and p.status in ('in_progress', 'waiting', 'failed')))
      order by l.expires_at
      limit ${batchSize}`;
-  const byScope = new Map<string, string[]>();
-  for (const { scope, key } of candidates) {
-    const keys = byScope.get(scope);
-    if (keys) keys.push(key);
-    else byScope.set(scope, [key]);
+  if (candidates.length === 0) return { roots: 0, children: 0 };
+  if (!(await tablesDistributed(q))) return purgeRoots(q, clock, null, candidates);
+  const byScope = new Map<string, { scope: string; key: string }[]>();
+  for (const root of candidates) {
+    const roots = byScope.get(root.scope);
+    if (roots) roots.push(root);
+    else byScope.set(root.scope, [root]);
   }
   const total = { roots: 0, children: 0 };
-  for (const [scope, keys] of byScope) {
-    const purged = await purgeScope(q, clock, scope, keys);
+  for (const [scope, roots] of byScope) {
+    const purged = await purgeRoots(q, clock, scope, roots);
     total.roots += purged.roots;
     total.children += purged.children;
   }
   return total;
 }
 
-/** Deletes the expired roots `keys` of one scope (one node on Citus) with what hangs on them. */
-async function purgeScope(q: Queryable, clock: Clock, scope: string, keys: readonly string[]): Promise<{ roots: number; children: number }> {
+/**
+ * Deletes the expired `roots` with what hangs on them: all of one `scope`
+ * (Citus: every part names it), or with `scope` null those of any scope.
+ */
+async function purgeRoots(q: Queryable, clock: Clock, scope: string | null, roots: readonly { scope: string; key: string }[]): Promise<{ roots: number; children: number }> {
   const now = sqlNow(q, clock);
-  const [row] = await q<{ roots: number; children: number; gone: string[] }[]>`
+  const keys = roots.map((root) => root.key);
+  const chosen =
+    scope === null
+      ? q`(l.scope, l.key) in (select * from unnest(${roots.map((root) => root.scope)}::text[], ${keys}::text[]))`
+      : q`l.scope = ${scope} and l.key = any(${keys}::text[])`;
+  /** `alias.scope = scope and` on Citus; nothing on one PostgreSQL (each part joins on the scope anyway). */
+  const pinned = (alias: string) => (scope === null ? q`` : q`${q(alias)}.scope = ${scope} and`);
+  const [row] = await q<{ roots: number; children: number; gone: { scope: string; key: string }[] }[]>`
     with doomed as (
       select l.scope, l.key
         from stepkey.ledger l
-       where l.scope = ${scope} and l.key = any(${keys as string[]}::text[])
+       where ${chosen}
          and l.parent_key is null and l.expires_at <= ${now} and l.status <> 'in_progress'
          and (l.parent_run is null or not exists (
                select 1 from stepkey.ledger p
-                where p.scope = ${scope} and p.scope = l.scope and p.key = l.parent_run and p.status in ('in_progress', 'waiting', 'failed')))
+                where ${pinned('p')} p.scope = l.scope and p.key = l.parent_run and p.status in ('in_progress', 'waiting', 'failed')))
          for update skip locked
     ), ended_children as (
       select c.scope, c.key
         from stepkey.ledger c
-        join doomed d on c.scope = ${scope} and c.scope = d.scope and c.parent_run = d.key
+        join doomed d on ${pinned('c')} c.scope = d.scope and c.parent_run = d.key
        where c.status in ('completed', 'cancelled', 'deadline_exceeded', 'failed')
          for update of c skip locked
     ), gone as (
       select scope, key from doomed union select scope, key from ended_children
     ), steps as (
-      delete from stepkey.steps s using gone g where s.scope = ${scope} and s.scope = g.scope and s.run_key = g.key returning 1
+      delete from stepkey.steps s using gone g where ${pinned('s')} s.scope = g.scope and s.run_key = g.key returning 1
     ), keyed as (
-      delete from stepkey.ledger k using gone g where k.scope = ${scope} and k.scope = g.scope and k.parent_key = g.key returning 1
+      delete from stepkey.ledger k using gone g where ${pinned('k')} k.scope = g.scope and k.parent_key = g.key returning 1
     ), mail as (
-      delete from stepkey.mailbox m using gone g where m.scope = ${scope} and m.scope = g.scope and m.run_key = g.key returning 1
+      delete from stepkey.mailbox m using gone g where ${pinned('m')} m.scope = g.scope and m.run_key = g.key returning 1
     ), attempts as (
-      delete from stepkey.step_attempts a using gone g where a.scope = ${scope} and a.scope = g.scope and a.run_key = g.key returning 1
+      delete from stepkey.step_attempts a using gone g where ${pinned('a')} a.scope = g.scope and a.run_key = g.key returning 1
     ), entries as (
-      delete from stepkey.queue_entries e using gone g where e.scope = ${scope} and e.scope = g.scope and e.key = g.key returning 1
+      delete from stepkey.queue_entries e using gone g where ${pinned('e')} e.scope = g.scope and e.key = g.key returning 1
     ), roots as (
-      delete from stepkey.ledger l using gone g where l.scope = ${scope} and l.scope = g.scope and l.key = g.key returning 1
+      delete from stepkey.ledger l using gone g where ${pinned('l')} l.scope = g.scope and l.key = g.key returning 1
     )
     select (select count(*) from roots)::int as roots,
            ((select count(*) from steps) + (select count(*) from keyed) + (select count(*) from mail) + (select count(*) from attempts))::int as children,
-           coalesce((select array_agg(key) from gone), '{}'::text[]) as gone`;
+           coalesce((select json_agg(json_build_object('scope', scope, 'key', key)) from gone), '[]'::json) as gone`;
   if (!row) return { roots: 0, children: 0 };
-  if (row.roots > 0) await forgetMailStatement(q, scope, row.gone);
+  if (row.roots > 0) await forgetMailStatement(q, row.gone, scope);
   return { roots: row.roots, children: row.children };
 }

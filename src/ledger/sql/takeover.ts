@@ -107,19 +107,21 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
     )
     select (select count(*) from root)::int as forgotten, coalesce((select array_agg(key) from gone), '{}'::text[]) as keys`;
   if (!row || row.forgotten === 0) return false;
-  await forgetMailStatement(q, scope, row.keys);
+  await forgetMailStatement(q, row.keys.map((key) => ({ scope, key })), scope);
   return true;
 }
 
 /**
- * Deletes what is left in the mailboxes of runs just deleted (`keys`), from a
+ * Deletes what is left in the mailboxes of runs just deleted (`runs`), from a
  * fresh snapshot. A run that exists again under one of the keys (a new
- * request, when the deletion committed on its own) keeps its mailbox.
+ * request, when the deletion committed on its own) keeps its mailbox. With
+ * `scope`, every run is of that scope and the statement names it (Citus).
  */
-export function forgetMailStatement(q: Queryable, scope: string, keys: readonly string[]) {
+export function forgetMailStatement(q: Queryable, runs: readonly { scope: string; key: string }[], scope?: string | null) {
+  const pinned = scope === undefined || scope === null ? q`` : q`m.scope = ${scope} and`;
   return q`
     delete from stepkey.mailbox m
-     where m.scope = ${scope} and m.run_key in (select json_array_elements_text(${JSON.stringify(keys)}::json))
+     where ${pinned} (m.scope, m.run_key) in (select * from json_to_recordset(${JSON.stringify(runs)}::json) as r(scope text, key text))
        and not exists (select 1 from stepkey.ledger l where l.scope = m.scope and l.key = m.run_key)`;
 }
 
