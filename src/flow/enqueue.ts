@@ -3,13 +3,14 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   lock the queue if no one holds its lock    (its advisory lock and its row's; sent with the claim)
- *   insert the entry; park the run (wait_kind 'slot'); dispatch; COMMIT
+ *   insert the entry; park the run (wait_kind 'slot'); the queue's lock, its
+ *   dispatch; COMMIT                            one round trip (FlowControl.lockedDispatch)
  *
- * When another transaction holds the queue's lock, the entry and the park
- * commit without it and without a dispatch, and the queue is dispatched right
- * after (lifecycle/dispatch.ts, tryLockQueueStatement): enqueues on one queue
- * do not wait for each other.
+ * The queue's lock is waited for on the server, and held only while the
+ * server runs the statements after it: enqueues on one queue wait for each
+ * other that long, not for a round trip. On Citus, where the dispatch takes
+ * several statements, an enqueue that finds the lock held commits its entry
+ * without it and the queue is dispatched right after (tryLockQueueStatement).
  *
  * When the queue has a free slot, the dispatch in that same transaction
  * starts the run (or, by the queue's order, another queued run), and this
@@ -69,12 +70,7 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
-    // The queue's lock is tried in the claim's round trip: most enqueues are a new run's, which
-    // needs it. A claim that finds its key taken lets it go with the transaction, at once.
-    const [claim, lock] = await Promise.all([
-      claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }),
-      flow.tryLockIn(tx.sql, request.entry.queue),
-    ]);
+    const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     if (claim.state === 'waiting' && claim.resumed) {
       const queue = claim.wait.for ?? request.entry.queue;
       await flow.lockIn(tx.sql, queue);
@@ -90,6 +86,13 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
+    if (flow.dispatchesInline) {
+      // One round trip: the entry and the park, then the queue's dispatch (lockedDispatch), the
+      // COMMIT. The queue's lock is held while the server runs them, not across a round trip.
+      const answers = await tx.commit(...entry, ...flow.lockedDispatch(tx.sql, request.entry.queue, request.capacity, request.leaseMs, request.versions));
+      return { claim, dispatched: dispatchedRuns(answers[answers.length - 1] as readonly unknown[]), requeued: false };
+    }
+    const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
       // dispatch follows. Or every slot is held: the entry waits its turn (each slot's holder hands

@@ -4,6 +4,7 @@
  * queued runs ends (the slot it gave back goes to the next run at once), and
  * on every sweep (delayed runs come due, slots freed by other processes).
  */
+import type postgres from 'postgres';
 import type { Queryable, Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction, type TxSql } from '../db/transaction.js';
@@ -16,6 +17,7 @@ import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
 
 export type Versions = readonly { name: string; version: number }[];
+type PendingRows = postgres.PendingQuery<postgres.Row[]>;
 
 export class FlowControl {
   readonly #sql: Sql;
@@ -119,13 +121,21 @@ export class FlowControl {
   }
 
   /**
-   * The hand-over of a slot, sent last in a transaction that gives one back
-   * (a queued run's completion): the queue's lock if no one holds it, and a
-   * dispatch that starts runs only if that lock was taken.
+   * A dispatch of `queue` in one round trip, on one PostgreSQL: its lock
+   * (waited for on the server), its row's if a run waits in it, and a
+   * dispatch that starts runs only if that row was taken. Sent last before
+   * the COMMIT — the lock is held while the server runs them, not across a
+   * round trip — by an enqueue (after its entry), by a queued run's
+   * completion (the slot it gave back handed over in the same commit) and by
+   * a dispatch of its own. None on Citus (see dispatchSteps).
    */
-  handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions) {
+  lockedDispatch(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
-    return [tryLockQueueStatement(q, queue, this.plans), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true })];
+    return [
+      lockQueueStatement(q, [queue], false, this.plans) as unknown as PendingRows,
+      lockQueueRowStatement(q, queue, true) as unknown as PendingRows,
+      dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
+    ];
   }
 
   /**
@@ -143,6 +153,11 @@ export class FlowControl {
     await this.ready();
     const tx = await Transaction.begin(this.#sql, { acquireTimeoutMs: leaseMs });
     try {
+      if (queue && this.dispatchesInline) {
+        // One queue on one PostgreSQL: one round trip (lockedDispatch).
+        const answers = await tx.commit(...this.lockedDispatch(tx.sql, queue, limit, leaseMs, versions));
+        return [{ queue, runs: dispatchedRuns(answers[2] as readonly unknown[]) }];
+      }
       // One queue: its row check travels with its lock, and runs once the lock is held (a statement of its own, its own snapshot).
       const [locked, checked] = queue
         ? await Promise.all([lockQueueStatement(tx.sql, [queue], false, this.plans), lockQueueRowStatement(tx.sql, queue, true)])

@@ -79,12 +79,15 @@ const planMode = (q: Queryable, plans: Plans) =>
  * dispatch), or always (an enqueue, which adds its entry).
  */
 export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: boolean) {
+  // With `ifWaiting`, the row taken is noted in the transaction (stepkey.dispatching) for a guarded
+  // dispatch after it.
   return ifWaiting
     ? q<{ name: string }[]>`
-        select name from stepkey.queues
-         where name = ${queue}
-           and exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed)
-           for update`
+        select name, set_config('stepkey.dispatching', name, true) is not null as noted from (
+          select name from stepkey.queues
+           where name = ${queue}
+             and exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed)
+             for update) waiting`
     : q<{ name: string }[]>`select name from stepkey.queues where name = ${queue} for update`;
 }
 
@@ -159,8 +162,9 @@ export function dispatchStatement(
   const now = sqlNow(q, clock);
   // Each run started gets a lease token minted here (nothing volatile in the UPDATE).
   const tokens = Array.from({ length: Math.max(0, limit) }, () => randomUUID());
-  // Guarded: sent in a pipeline after tryLockQueueStatement, it starts nothing and writes nothing
-  // unless that statement took the queue's lock (its own snapshot, taken after, sees every grant).
+  // Guarded: sent in a pipeline after the statement that notes the queue in stepkey.dispatching
+  // (lockQueueRowStatement when a run waits, tryLockQueueStatement when it took the lock), it starts
+  // nothing and writes nothing unless that statement did (its own snapshot, taken after, sees every grant).
   const locked = options.guarded
     ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text`
     : q`true`;
