@@ -139,18 +139,18 @@ export class Dispatcher implements SlotHandOff {
     }
   }
 
-  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction (one PostgreSQL). */
+  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction, if its lock is free. */
   withCompletion(lease: { scope: string; key: string }, q: Queryable) {
     const queue = this.#holding.get(idOf(lease));
     const host = this.#host;
     if (queue === undefined || host.closing) return [];
     // The ending run's own room is free once it has ended.
     const capacity = Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1);
-    return this.#flow.lockedDispatch(q, queue, capacity, host.leaseMs, host.versions());
+    return this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
   }
 
   afterCompletion(lease: { scope: string; key: string }, answers: readonly unknown[]): void {
-    const [locked, , dispatched] = answers as [readonly { name: string }[] | undefined, unknown, readonly unknown[] | undefined];
+    const [locked, dispatched] = answers as [readonly { name: string }[] | undefined, readonly unknown[] | undefined];
     // The queue's lock was taken: what its dispatch started is executed here, whatever else happened.
     const queue = locked?.[0]?.name;
     if (queue === undefined) return;

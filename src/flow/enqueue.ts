@@ -3,14 +3,16 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   insert the entry; park the run (wait_kind 'slot'); the queue's lock, its
- *   dispatch; COMMIT                            one round trip (FlowControl.lockedDispatch)
+ *   the queue's lock if no one holds it; insert the entry; park the run
+ *   (wait_kind 'slot'); the lock waited for if it was held and a slot seemed
+ *   free; dispatch if the lock was taken; COMMIT                 one round trip
  *
- * The queue's lock is waited for on the server, and held only while the
- * server runs the statements after it: enqueues on one queue wait for each
- * other that long, not for a round trip. On Citus, where the dispatch takes
- * several statements, an enqueue that finds the lock held commits its entry
- * without it and the queue is dispatched right after (tryLockQueueStatement).
+ * The queue's lock is held only while the server runs that batch. An enqueue
+ * that finds it held while every slot is taken commits its entry without it
+ * (enqueues on a full queue do not wait for each other) and the queue is
+ * dispatched right after; one that finds a slot free waits for the lock on
+ * the server, so that its run starts at once. On Citus the dispatch takes
+ * several statements, and an enqueue that finds the lock held never waits.
  *
  * When the queue has a free slot, the dispatch in that same transaction
  * starts the run (or, by the queue's order, another queued run), and this
@@ -87,10 +89,12 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
     if (flow.dispatchesInline) {
-      // One round trip: the entry and the park, then the queue's dispatch (lockedDispatch), the
-      // COMMIT. The queue's lock is held while the server runs them, not across a round trip.
-      const answers = await tx.commit(...entry, ...flow.lockedDispatch(tx.sql, request.entry.queue, request.capacity, request.leaseMs, request.versions));
-      return { claim, dispatched: dispatchedRuns(answers[answers.length - 1] as readonly unknown[]), requeued: false };
+      // One round trip (FlowControl.enqueueStatements), the queue's lock held only while the server
+      // runs it: taken if free; else waited for if a slot seemed free; else the entry commits without
+      // it, and the queue is dispatched after the commit.
+      const answers = await tx.commit(...flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions));
+      const locked = (answers[0] as readonly unknown[]).length > 0 || (answers[answers.length - 3] as readonly unknown[]).length > 0;
+      return { claim, dispatched: dispatchedRuns(answers[answers.length - 1] as readonly unknown[]), requeued: false, dispatchAfter: !locked };
     }
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {

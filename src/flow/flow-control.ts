@@ -11,7 +11,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, waitLockIfFreeStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
@@ -121,16 +121,40 @@ export class FlowControl {
   }
 
   /**
-   * A dispatch of `queue` in one round trip, on one PostgreSQL: its lock
-   * (waited for on the server), its row's if a run waits in it, and a
-   * dispatch that starts runs only if that row was taken. Sent last before
-   * the COMMIT — the lock is held while the server runs them, not across a
-   * round trip — by an enqueue (after its entry), by a queued run's
-   * completion (the slot it gave back handed over in the same commit) and by
-   * a dispatch of its own. None on Citus (see dispatchSteps).
+   * The queue's lock if no one holds it, and a dispatch that starts runs
+   * only if that lock was taken — sent in the batch that ends with the
+   * COMMIT (one PostgreSQL), so that the lock is held only while the server
+   * runs it: by an enqueue, after its entry, and by a queued run's
+   * completion, which hands over the slot it gave back. A caller that does
+   * not get the lock never waits for it: the queue is dispatched after its
+   * commit (`dispatch`). None on Citus (see dispatchSteps).
    */
-  lockedDispatch(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
+  handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
+    return [
+      tryLockQueueStatement(q, queue, this.plans) as unknown as PendingRows,
+      dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
+    ];
+  }
+
+  /**
+   * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
+   * queue's lock if no one holds it, the entry, the lock waited for only if a
+   * slot seemed free, and a dispatch that starts runs only if the lock was
+   * taken. Answers: the try's rows first, the dispatch's last.
+   */
+  enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions): PendingRows[] {
+    const [tryLock, dispatch] = this.handOffStatements(q, queue, limit, leaseMs, versions);
+    return [tryLock!, ...entry, ...(waitLockIfFreeStatements(q, queue) as unknown as PendingRows[]), dispatch!];
+  }
+
+  /**
+   * A dispatch of `queue` as one batch with its COMMIT (one PostgreSQL): its
+   * lock, waited for on the server; its row's if a run waits in it; and a
+   * dispatch that starts runs only if that row was taken. Only in a
+   * transaction of its own (no step's statement timeout applies to the wait).
+   */
+  #lockedDispatch(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     return [
       lockQueueStatement(q, [queue], false, this.plans) as unknown as PendingRows,
       lockQueueRowStatement(q, queue, true) as unknown as PendingRows,
@@ -154,8 +178,8 @@ export class FlowControl {
     const tx = await Transaction.begin(this.#sql, { acquireTimeoutMs: leaseMs });
     try {
       if (queue && this.dispatchesInline) {
-        // One queue on one PostgreSQL: one round trip (lockedDispatch).
-        const answers = await tx.commit(...this.lockedDispatch(tx.sql, queue, limit, leaseMs, versions));
+        // One queue on one PostgreSQL: one batch, the lock held only while the server runs it.
+        const answers = await tx.commit(...this.#lockedDispatch(tx.sql, queue, limit, leaseMs, versions));
         return [{ queue, runs: dispatchedRuns(answers[2] as readonly unknown[]) }];
       }
       // One queue: its row check travels with its lock, and runs once the lock is held (a statement of its own, its own snapshot).

@@ -111,6 +111,30 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
        for update of queues`;
 }
 
+/**
+ * An enqueue's wait for the queue's lock, sent after tryLockQueueStatement
+ * and the entry when the try did not take it: it waits (on the server) only
+ * if the queue seemed to have a free slot — the enqueue then dispatches, and
+ * its run starts at once — and otherwise lets the entry commit without the
+ * lock, as enqueues on a full queue do side by side. Then the queue row's
+ * lock, only if this transaction holds the advisory lock (advisory first,
+ * then the row, in every transaction). Both note the queue in
+ * stepkey.dispatching for the guarded dispatch after them.
+ */
+export function waitLockIfFreeStatements(q: Queryable, queue: string) {
+  return [
+    q`
+      with wanted as materialized (
+        select name from stepkey.queues
+         where name = ${queue}
+           and current_setting('stepkey.dispatching', true) is distinct from ${queue}::text
+           and (select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency)
+      select set_config('stepkey.dispatching', name, true) as name
+        from wanted, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`,
+    q`select name from stepkey.queues where name = ${queue} and current_setting('stepkey.dispatching', true) = ${queue}::text for update`,
+  ];
+}
+
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
 function queueLockKey(q: Queryable, column: string) {
   return q`hashtextextended('stepkey.queue' || chr(30) || ${q(column)}, 0)`;
