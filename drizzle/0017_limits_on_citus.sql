@@ -36,13 +36,22 @@ BEGIN
      WHERE l.scope = p_scope AND l.key = p_key FOR SHARE;
     IF run_status = 'in_progress' THEN RETURN; END IF;
   END IF;
+  -- The partitions' locks first, in one order: two give-backs of slots in the same partitions
+  -- never wait for each other crosswise.
+  FOR freed IN
+    SELECT DISTINCT s.limit_name, s.partition FROM "stepkey"."limit_slots" s
+     WHERE s.scope = p_scope AND s.key = p_key
+       AND (p_step IS NULL OR (s.step = p_step AND s.token = p_token))
+     ORDER BY s.limit_name, s.partition
+  LOOP
+    PERFORM "stepkey"."limit_partition_lock"(freed.limit_name, freed.partition);
+  END LOOP;
   FOR freed IN
     DELETE FROM "stepkey"."limit_slots" s
      WHERE s.scope = p_scope AND s.key = p_key
        AND (p_step IS NULL OR (s.step = p_step AND s.token = p_token))
     RETURNING s.limit_name, s.partition
   LOOP
-    PERFORM "stepkey"."limit_partition_lock"(freed.limit_name, freed.partition);
     UPDATE "stepkey"."limit_partitions" p SET held = p.held - 1
      WHERE p.limit_name = freed.limit_name AND p.partition = freed.partition;
     FOR waiter IN

@@ -24,7 +24,7 @@ export interface SendArguments {
 }
 
 /** send(workflow, ref, topic, payload, options) or send(ref, topic, payload, options), the ref perhaps carrying its workflow. */
-export function sendArguments(args: readonly unknown[]): SendArguments {
+function sendArguments(args: readonly unknown[]): SendArguments {
   if (isWorkflow(args[0])) {
     const [workflow, ref, topic, payload, options] = args as [Workflow, RunRef, unknown, unknown, { key: string }];
     return { ref, topic, payload, options, workflow: workflow.name };

@@ -92,9 +92,9 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       // One round trip (FlowControl.enqueueStatements), the queue's lock held only while the server
       // runs it: taken if free; else waited for if a slot seemed free; else the entry commits without
       // it, and the queue is dispatched after the commit.
-      const answers = await tx.commit(...flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions));
-      const locked = (answers[0] as readonly unknown[]).length > 0 || (answers[answers.length - 3] as readonly unknown[]).length > 0;
-      return { claim, dispatched: dispatchedRuns(answers[answers.length - 1] as readonly unknown[]), requeued: false, dispatchAfter: !locked };
+      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
+      const answers = await tx.commit(...batch.statements);
+      return { claim, dispatched: batch.dispatched(answers), requeued: false, dispatchAfter: !batch.locked(answers) };
     }
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {

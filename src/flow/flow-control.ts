@@ -141,11 +141,19 @@ export class FlowControl {
    * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
    * queue's lock if no one holds it, the entry, the lock waited for only if a
    * slot seemed free, and a dispatch that starts runs only if the lock was
-   * taken. Answers: the try's rows first, the dispatch's last.
+   * taken. `locked(answers)` says whether the lock was taken, `dispatched(answers)` what started.
    */
-  enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions): PendingRows[] {
+  enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
     const [tryLock, dispatch] = this.handOffStatements(q, queue, limit, leaseMs, versions);
-    return [tryLock!, ...entry, ...(waitLockIfFreeStatements(q, queue) as unknown as PendingRows[]), dispatch!];
+    const [waitLock, rowLock] = waitLockIfFreeStatements(q, queue) as unknown as PendingRows[];
+    const statements = [tryLock!, ...entry, waitLock!, rowLock!, dispatch!];
+    const at = (statement: PendingRows | undefined) => statements.indexOf(statement!);
+    const rows = (answers: readonly unknown[], statement: PendingRows | undefined) => answers[at(statement)] as readonly unknown[];
+    return {
+      statements,
+      locked: (answers: readonly unknown[]) => rows(answers, tryLock).length > 0 || rows(answers, waitLock).length > 0,
+      dispatched: (answers: readonly unknown[]) => dispatchedRuns(rows(answers, dispatch)),
+    };
   }
 
   /**

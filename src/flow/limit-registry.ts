@@ -16,7 +16,7 @@ import type { StepLimits } from '../workflow/step-limits.js';
 import type { CommitExtra } from '../workflow/commit.js';
 import type { StepTarget } from '../workflow/steps.js';
 import { commitAcquiring } from './limit-acquire.js';
-import { afterExecution, afterGiveBack, giveBackLeft, giveBackWith, releaseWith } from './limit-release.js';
+import { afterExecution, afterGiveBack, afterRelease, giveBackLeft, giveBackWith, releaseWith } from './limit-release.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { Queryable } from '../db/connect.js';
 import type { RunState } from '../workflow/run-state.js';
@@ -118,6 +118,7 @@ export class LimitRegistry implements StepLimits {
   }
 
   readonly afterGiveBack = afterGiveBack;
+  readonly afterRelease = afterRelease;
 
   releaseWith(state: RunState, q: Queryable) {
     return releaseWith(state, q, this.#distributed);

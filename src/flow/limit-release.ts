@@ -29,20 +29,36 @@ const LEFT_PER_SWEEP = 100;
 export function giveBackWith(state: RunState, q: Queryable, rows: readonly StepRow[], distributed: boolean): Statement | undefined {
   const hold = state.buffer.limitHold;
   if (!hold || !rows.some((row) => row.name === hold.step)) return undefined;
-  const statement = distributed ? giveBackDistributedStatement(q, state.lease, hold.step) : giveBackStatement(q, state.lease, hold.step);
+  const statement = distributed
+    ? giveBackDistributedStatement(q, state.lease, { step: hold.step, token: state.lease.token })
+    : giveBackStatement(q, state.lease, hold.step);
   return statement as unknown as Statement;
 }
 
 /** On Citus, sent after a transition: every slot of the run given back if the transition moved it. */
 export function releaseWith(state: RunState, q: Queryable, distributed: boolean): Statement | undefined {
   if (!distributed || !state.buffer.limitHold) return undefined;
-  return giveBackDistributedStatement(q, state.lease) as unknown as Statement;
+  return giveBackDistributedStatement(q, { scope: state.lease.scope, key: state.lease.key }) as unknown as Statement;
 }
 
 /** After the commit that carried `statement`: the slot is back; wake the waiters it marked due. */
 export async function afterGiveBack(state: RunState, statement: Statement | undefined): Promise<void> {
   if (!statement) return;
   state.buffer.limitHold = undefined;
+  await wakeMarked(state, statement);
+}
+
+/**
+ * After the commit that carried a release: wake the waiters it marked due. The hold stays noted:
+ * a run still in progress kept its slot (a commit of a wait beside a limited step, say), and its
+ * step's record gives it back; a run that moved gave everything back already (a second give-back
+ * when its execution ends finds nothing).
+ */
+export async function afterRelease(state: RunState, statement: Statement | undefined): Promise<void> {
+  if (statement) await wakeMarked(state, statement);
+}
+
+async function wakeMarked(state: RunState, statement: Statement): Promise<void> {
   const woken = (await statement) as unknown as WokenRun[];
   for (const run of woken) state.deps.hooks.wake({ scope: run.scope, key: run.key });
 }
@@ -51,7 +67,7 @@ export async function afterGiveBack(state: RunState, statement: Statement | unde
 export async function afterExecution(state: RunState, distributed: boolean): Promise<void> {
   if (!distributed || !state.buffer.limitHold) return;
   try {
-    await afterGiveBack(state, giveBackDistributedStatement(state.deps.sql, state.lease) as unknown as Statement);
+    await afterGiveBack(state, giveBackDistributedStatement(state.deps.sql, { scope: state.lease.scope, key: state.lease.key }) as unknown as Statement);
   } catch (error) {
     // A sweep gives the slots back instead.
     state.deps.log.warn({ event: 'limit.give_back_failed', scope: state.lease.scope, run: state.lease.key, error: String(error) }, 'a limit slot is left for a sweep to give back');

@@ -29,9 +29,10 @@
  * commits them; a dispatch meanwhile counts those slots as free.
  */
 import { randomUUID } from 'node:crypto';
+import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow } from '../db/clock.js';
-import { bucketTokens, freeSlots, queueOrder, type DispatchedRun } from './dispatch.js';
+import { bucketTokens, freeSlots, queueOrder, servedUpsert, startedRunSet, type DispatchedRun } from './dispatch.js';
 
 interface Chosen {
   scope: string;
@@ -57,7 +58,7 @@ export async function dispatchDistributed(
   started.forEach((rows, index) => {
     for (const { scope, key, token, attempts, granted } of rows as unknown as (DispatchedRun & { granted: number })[]) {
       // Checked in the statement's own snapshot with the row locked: an entry that is not there is a broken invariant.
-      if (granted !== 1) throw new Error(`queue '${queue}': run '${key}' in scope '${scope}' was started without its entry`);
+      if (granted !== 1) throw new StepkeyError('database_error', `queue '${queue}': run '${key}' in scope '${scope}' was started without its entry`);
       runs.push({ scope, key, token, attempts });
       served.push(chosen[index]!.partition);
     }
@@ -124,11 +125,7 @@ function startStatement(q: Queryable, clock: Clock, queue: string, run: Chosen, 
       update stepkey.ledger l
          set status = 'in_progress',
              lease_token = ${token}::uuid,
-             locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-             updated_at = ${now},
-             wait_kind = nullif(l.wait_kind, 'slot'),
-             wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
-             wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end
+             ${startedRunSet(q, now, leaseMs)}
         from target t
        where l.scope = ${run.scope} and l.key = ${run.key} and t.scope = l.scope and t.key = l.key
       returning l.scope, l.key, l.lease_token, l.attempts
@@ -147,10 +144,7 @@ function accountStatement(q: Queryable, clock: Clock, queue: string, partitions:
   const now = sqlNow(q, clock);
   return q`
     with served as (
-      insert into stepkey.queue_partitions as p (queue, partition, last_served_at, served)
-      select ${queue}, partition, ${now}, count(*) from unnest(${partitions}::text[]) as t(partition) group by partition
-      on conflict (queue, partition) do update
-         set last_served_at = excluded.last_served_at, served = p.served + excluded.served
+      ${servedUpsert(q, queue, now, q`unnest(${partitions}::text[]) as t(partition)`)}
       returning 1
     ), spent as (
       update stepkey.queues

@@ -91,6 +91,10 @@ export function lockQueueRowStatement(q: Queryable, queue: string, ifWaiting: bo
     : q<{ name: string }[]>`select name from stepkey.queues where name = ${queue} for update`;
 }
 
+/** Whether `queue` seemed to have a free slot, in the statement's snapshot (its row is `queues`). */
+const seemsFree = (q: Queryable, queue: string) =>
+  q`(select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency`;
+
 /**
  * An enqueue's lock, taken only if free: the queue's advisory lock and then
  * its row's, in one statement; an empty answer means another transaction is
@@ -105,7 +109,7 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
   // for whether to dispatch now — a slot given back meanwhile is dispatched by whoever gave it back).
   return q`
     select set_config('stepkey.dispatching', name, true) as name,
-           (select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency as free
+           ${seemsFree(q, queue)} as free
       from stepkey.queues, ${planMode(q, plans)}
      where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
        for update of queues`;
@@ -128,7 +132,7 @@ export function waitLockIfFreeStatements(q: Queryable, queue: string) {
         select name from stepkey.queues
          where name = ${queue}
            and current_setting('stepkey.dispatching', true) is distinct from ${queue}::text
-           and (select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency)
+           and ${seemsFree(q, queue)})
       select set_config('stepkey.dispatching', name, true) as name
         from wanted, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`,
     q`select name from stepkey.queues where name = ${queue} and current_setting('stepkey.dispatching', true) = ${queue}::text for update`,
@@ -152,6 +156,25 @@ export const bucketTokens = (q: Queryable, now: ReturnType<typeof sqlNow>) => q`
                   coalesce(tokens, rate_limit::float8)
                   + greatest(0, extract(epoch from ${now} - coalesce(refilled_at, ${now})) * 1000) * rate_limit / rate_period_ms)
   end`;
+
+/**
+ * The columns a run's start from the queue sets, after its lease token:
+ * running under a lease from now; a queued run's wait ends here, a parked
+ * run's own wait stays for its step to read.
+ */
+export const startedRunSet = (q: Queryable, now: ReturnType<typeof sqlNow>, leaseMs: number) => q`
+  locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
+  updated_at = ${now},
+  wait_kind = nullif(l.wait_kind, 'slot'),
+  wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
+  wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end`;
+
+/** Each partition's service, from `source` (a query with a `partition` column, a row per run started). */
+export const servedUpsert = (q: Queryable, queue: string, now: ReturnType<typeof sqlNow>, source: ReturnType<typeof sqlNow>) => q`
+  insert into stepkey.queue_partitions as p (queue, partition, last_served_at, served)
+  select ${queue}, partition, ${now}, count(*) from ${source} group by partition
+  on conflict (queue, partition) do update
+     set last_served_at = excluded.last_served_at, served = p.served + excluded.served`;
 
 /** The slots to grant now: none beyond the queue's concurrency (`held`), the `limit` asked for, or the bucket (`s`: settings). */
 export const freeSlots = (q: Queryable, limit: number) => q`
@@ -260,12 +283,7 @@ export function dispatchStatement(
       update stepkey.ledger l
          set status = 'in_progress',
              lease_token = (${JSON.stringify(tokens)}::json ->> (k.n::int - 1))::uuid,
-             locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
-             updated_at = ${now},
-             -- A queued run's wait ends here; a parked run's own wait stays for its step to read.
-             wait_kind = nullif(l.wait_kind, 'slot'),
-             wait_step = case when l.wait_kind = 'slot' then null else l.wait_step end,
-             wait_for = case when l.wait_kind = 'slot' then null else l.wait_for end
+             ${startedRunSet(q, now, leaseMs)}
         from numbered k
        where l.scope = k.scope and l.key = k.key
       returning l.scope, l.key, l.lease_token, l.attempts
@@ -276,10 +294,7 @@ export function dispatchStatement(
        where e.scope = s.scope and e.key = s.key
       returning e.partition
     ), served as (
-      insert into stepkey.queue_partitions as p (queue, partition, last_served_at, served)
-      select ${queue}, partition, ${now}, count(*) from granted group by partition
-      on conflict (queue, partition) do update
-         set last_served_at = excluded.last_served_at, served = p.served + excluded.served
+      ${servedUpsert(q, queue, now, q`granted`)}
     ), spent as (
       update stepkey.queues
          -- Never moved back: a transaction that began before the last refill does not credit its time again.

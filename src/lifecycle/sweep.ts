@@ -60,11 +60,7 @@ export async function sweepExpiredRuns(
   if (limit === 0 && deadlines === 0) return { taken: [], pastDeadline: [] };
   const found = await findSweepable(q, clock, limit, deadlines, versions);
   const pastDeadline = found.filter((row) => row.kind === 'deadline').map(({ scope, key }) => ({ scope, key }));
-  // In (scope, key) order: sweepers that found the same runs lock them in the same order.
-  const sweepable = found
-    .filter((row) => row.kind !== 'deadline')
-    .map(({ scope, key, kind }) => ({ scope, key, woken: kind === 'due' }))
-    .sort((a, b) => (a.scope === b.scope ? (a.key < b.key ? -1 : a.key > b.key ? 1 : 0) : a.scope < b.scope ? -1 : 1));
+  const sweepable = found.filter((row) => row.kind !== 'deadline').map(({ scope, key, kind }) => ({ scope, key, woken: kind === 'due' }));
   if (sweepable.length === 0) return { taken: [], pastDeadline };
   return { taken: await takeSwept(q, clock, sweepable, tokens, leaseMs, versions, options.skipLocked ?? false), pastDeadline };
 }

@@ -149,7 +149,8 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   for (const row of committed) state.record.finished.set(row.name, row);
   state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
   if (handOff > 0) state.deps.slotHandOff?.afterCompletion(state.lease, answers.slice(-handOff));
-  await state.deps.limits?.afterGiveBack(state, giveBack ?? release);
+  await state.deps.limits?.afterGiveBack(state, giveBack);
+  await state.deps.limits?.afterRelease(state, release);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);
 }
 

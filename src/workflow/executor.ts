@@ -153,7 +153,7 @@ async function fail(state: RunState, error: unknown): Promise<Settled> {
       ...(release ? [release] : []),
     );
     if (rows.length === 0) return { state: 'stopped', reason: 'lease_lost' };
-    await state.deps.limits?.afterGiveBack(state, release);
+    await state.deps.limits?.afterRelease(state, release);
   } catch (failure) {
     throw translateDatabaseError(failure, 'recording a failed run');
   }

@@ -36,6 +36,8 @@ export interface StepLimits {
    * transaction. A run still in progress keeps its slots. `afterGiveBack` follows its commit.
    */
   releaseWith(state: RunState, q: Queryable): Statement | undefined;
+  /** After the commit that carried a release: the waiters it marked due are woken (the hold stays noted). */
+  afterRelease(state: RunState, statement: Statement | undefined): Promise<void>;
   /** After an execution ends here: on Citus, the slots of a run moved under it (a cancel) given back. */
   afterExecution(state: RunState): Promise<void>;
   /** For the sweeper: on Citus, the slots left by runs that stopped executing, given back; returns the runs marked due. */

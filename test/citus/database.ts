@@ -58,6 +58,12 @@ export async function createCitusDatabase(nodes: CitusNodes, name: string): Prom
     const distributed = new Set(rows.map((row) => row.table));
     const missing = SCOPED_TABLES.filter((table) => !distributed.has(table));
     if (missing.length) throw new Error(`${name}: not distributed by scope: ${missing.join(', ')}`);
+    // A transition routed to a worker must leave limit slots to the coordinator there too.
+    const inline = await sql<{ result: string }[]>`
+      select result from run_command_on_workers('select stepkey.limit_slots_given_back_inline()')`;
+    if (inline.length !== nodes.workers.length || inline.some((row) => row.result !== 'f')) {
+      throw new Error(`${name}: limit_slots_given_back_inline() is not false on every worker: ${JSON.stringify(inline)}`);
+    }
   } finally {
     await sql.end();
   }

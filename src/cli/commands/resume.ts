@@ -126,7 +126,10 @@ function report(context: CliContext, scope: string, key: string, attempt: RunAtt
       context.line(`${name} is executing elsewhere (its lease ends in ${formatDuration(attempt.retryAfterMs)}); nothing was resumed.`);
       break;
     case 'needs_review':
-      context.line(`${name} needs review: resolve it with \`stepkey resolve ${key} --scope ${scope}\`; nothing was resumed.`);
+      context.line(
+        `${name} needs review: resolve it with \`stepkey resolve ${key} --scope ${scope} --step NAME --output JSON\` (or \`--retry\`); ` +
+          `\`stepkey inspect ${key} --scope ${scope}\` names the step. Nothing was resumed.`,
+      );
       break;
     case 'mismatch':
       context.line(`${name} could not be claimed: the key belongs to ${attempt.existing.kind} '${attempt.existing.name ?? '?'}'.`);

@@ -26,7 +26,7 @@
  */
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
-import type { KeyRef, Lease } from '../../ledger/types.js';
+import type { KeyRef } from '../../ledger/types.js';
 import { refilledTokens, takeFromPartition, type Acquired, type AcquireRequest, type WokenRun } from './limits.js';
 
 /** Takes from the limit's partition as acquireStatement does, in the statements Citus can run. */
@@ -84,15 +84,15 @@ export async function acquireDistributed(q: Queryable, clock: Clock, request: Ac
 }
 
 /**
- * Gives back on the coordinator the slot `step` holds under the lease (in
- * the commit that records the step), or with no step every slot of a run
- * that is no longer in progress. Returns the runs it marked due.
+ * Gives back on the coordinator the slot the run's step holds under its
+ * lease (`held`: in the commit that records the step), or with no `held`
+ * every slot of a run that is no longer in progress. Returns the runs it
+ * marked due.
  */
-export function giveBackDistributedStatement(q: Queryable, run: KeyRef | Lease, step?: string) {
-  const token = step !== undefined && 'token' in run ? run.token : null;
+export function giveBackDistributedStatement(q: Queryable, run: KeyRef, held?: { step: string; token: string }) {
   return q<WokenRun[]>`
     select woken_scope as scope, woken_key as key
-      from stepkey.limit_give_back_distributed(${run.scope}, ${run.key}, ${step ?? null}, ${token}::uuid)`;
+      from stepkey.limit_give_back_distributed(${run.scope}, ${run.key}, ${held?.step ?? null}, ${held?.token ?? null}::uuid)`;
 }
 
 /**

@@ -117,8 +117,8 @@ export async function forgetExpiredRow(q: Queryable, clock: Clock, scope: string
  * request, when the deletion committed on its own) keeps its mailbox. With
  * `scope`, every run is of that scope and the statement names it (Citus).
  */
-export function forgetMailStatement(q: Queryable, runs: readonly { scope: string; key: string }[], scope?: string | null) {
-  const pinned = scope === undefined || scope === null ? q`` : q`m.scope = ${scope} and`;
+export function forgetMailStatement(q: Queryable, runs: readonly { scope: string; key: string }[], scope: string | null) {
+  const pinned = scope === null ? q`` : q`m.scope = ${scope} and`;
   return q`
     delete from stepkey.mailbox m
      where ${pinned} (m.scope, m.run_key) in (select * from json_to_recordset(${JSON.stringify(runs)}::json) as r(scope text, key text))
