@@ -36,3 +36,16 @@ export function sqlNow(sql: postgres.ISql, clock: Clock) {
   const offset = clock.offsetMs;
   return offset === 0 ? sql`now()` : sql`(now() + ${offset}::float8 * interval '1 millisecond')`;
 }
+
+/**
+ * The time of the statement (not of its transaction's start, as sqlNow) as
+ * stepkey sees it, read once per statement: for a statement sent late in a
+ * long transaction — a dispatch riding a completion after a tx step — that
+ * must see what was enqueued while the transaction was open.
+ */
+export function sqlStatementNow(sql: postgres.ISql, clock: Clock) {
+  const offset = clock.offsetMs;
+  return offset === 0
+    ? sql`(select clock_timestamp())`
+    : sql`(select clock_timestamp() + ${offset}::float8 * interval '1 millisecond')`;
+}

@@ -32,13 +32,15 @@ import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { claimRun } from '../lifecycle/claim.js';
+import { claimRun, vacantRunClaimStatement } from '../lifecycle/claim.js';
 import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
 import { parkStatement } from '../lifecycle/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import { slotWait } from '../lifecycle/slot-wait.js';
 import { dispatchedRuns, type DispatchedRun } from '../lifecycle/dispatch.js';
 import { insertEntryStatement, type EntryValues } from './sql/enqueue.js';
+import type { EntryGrant } from '../lifecycle/enqueue-grant.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
 
 export interface EnqueueOptions {
   /** The queue (registered with the engine), by object or name. */
@@ -70,6 +72,10 @@ export type Enqueued = {
 
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   await flow.ready();
+  if (flow.dispatchesInline) {
+    const enqueued = await enqueueVacant(sql, clock, flow, request);
+    if (enqueued) return enqueued;
+  }
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
@@ -84,18 +90,16 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       else tx.abandon();
       return { claim, dispatched: [], requeued: false };
     }
+    if (flow.dispatchesInline) {
+      // A key forgotten (it had expired) and claimed anew: the vacant claim's batch, after its claim.
+      const batch = flow.grantStatements(tx.sql, claim.lease, request.entry);
+      const grant = batch.grant(await tx.commit(...batch.statements));
+      return { claim, requeued: false, ...granted(request, claim.lease.token, claim.attempts, grant) };
+    }
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
-    if (flow.dispatchesInline) {
-      // One round trip (FlowControl.enqueueStatements), the queue's lock held only while the server
-      // runs it: taken if free; else waited for if a slot seemed free; else the entry commits without
-      // it, and the queue is dispatched after the commit.
-      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
-      const answers = await tx.commit(...batch.statements);
-      return { claim, dispatched: batch.dispatched(answers), requeued: false, dispatchAfter: !batch.locked(answers) };
-    }
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
@@ -110,6 +114,49 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
+}
+
+/**
+ * The enqueue of a key not claimed before (one PostgreSQL), in one round
+ * trip: BEGIN, the claim's insert, the queue's lock if free, the entry —
+ * granted a slot if the queue has room and no run waits in line — the park
+ * unless granted, COMMIT. A run granted its slot goes on under its claim's
+ * lease. Undefined when the key was taken (nothing was written): the full
+ * enqueue follows. The queue is to be dispatched after the commit if this
+ * enqueue did not get the lock (a slot given back meanwhile may not have seen
+ * its entry) or found a slot free with runs waiting ahead of its own.
+ */
+async function enqueueVacant(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
+  try {
+    const claiming = vacantRunClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    const lease = { ...request.ref, token: claiming.token };
+    const batch = flow.grantStatements(tx.sql, lease, request.entry);
+    const [inserted, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
+    const claim = claiming.owned(inserted);
+    const grant = batch.grant(answers);
+    if (claim?.state !== 'owned') return undefined;
+    return { claim, requeued: false, ...granted(request, claiming.token, claim.attempts, grant) };
+  } catch (error) {
+    tx.abandon();
+    throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
+  }
+}
+
+/**
+ * What a grant's answer means for the enqueue: its run started (granted a
+ * slot) or not, and whether the queue is to be dispatched after the commit —
+ * when the enqueue could not grant (its lock was shared) but found a slot
+ * free, or found one free with runs waiting ahead of its own.
+ */
+function granted(request: EnqueueRequest, token: string, attempts: number, grant: EntryGrant | undefined): Pick<Enqueued, 'dispatched' | 'dispatchAfter'> {
+  if (!grant?.entered) {
+    throw new StepkeyError('database_error', `The entry of run '${request.ref.key}' on queue '${request.entry.queue}' was not written.`);
+  }
+  return {
+    dispatched: grant.granted ? [{ ...request.ref, token, attempts }] : [],
+    dispatchAfter: !grant.granted && grant.room && (!grant.locked || grant.ahead),
+  };
 }
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */

@@ -5,12 +5,13 @@
  * snapshot.
  */
 import { randomUUID } from 'node:crypto';
+import type postgres from 'postgres';
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertStorableText, assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
-import { claimRow, insertClaimRow, probeRow, type ClaimRow } from './sql/claim.js';
+import { claimRow, insertClaimRow, insertClaimRowStatement, probeRow, type ClaimRow, type InsertedClaim } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimKind, ClaimRequest, ClaimResult } from './types.js';
 
@@ -196,6 +197,30 @@ export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimR
   const token = randomUUID();
   const inserted = await insertClaimRow(q, clock, request, token, options.leaseMs);
   if (!inserted) return claimKey(q, clock, request, options);
+  return vacantClaimOwned(request, token, inserted);
+}
+
+/**
+ * claimVacantKey's insert as a statement not sent yet, for a transaction that
+ * sends it with what follows in one round trip (those statements find the row
+ * by its lease token, and write nothing when it is not there). `owned` reads
+ * its answer: the claim, or undefined when the key was not vacant — the
+ * caller then makes the full claim, in a transaction of its own.
+ */
+export function vacantClaimStatement(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }) {
+  assertValidClaim(request);
+  const token = randomUUID();
+  return {
+    token,
+    statement: insertClaimRowStatement(q, clock, request, token, options.leaseMs) as unknown as postgres.PendingQuery<postgres.Row[]>,
+    owned: (rows: readonly unknown[] | undefined): ClaimResult | undefined => {
+      const inserted = rows?.[0] as InsertedClaim | undefined;
+      return inserted ? vacantClaimOwned(request, token, inserted) : undefined;
+    },
+  };
+}
+
+function vacantClaimOwned(request: ClaimRequest, token: string, inserted: InsertedClaim): ClaimResult {
   return {
     state: 'owned',
     lease: { scope: request.scope, key: request.key, token },

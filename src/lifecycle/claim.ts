@@ -9,7 +9,7 @@
  */
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { claimKey, claimVacantKey, type LockingClaimResult } from '../ledger/claim.js';
+import { claimKey, claimVacantKey, vacantClaimStatement, type LockingClaimResult } from '../ledger/claim.js';
 import type { ClaimRequest, ClaimResult } from '../ledger/types.js';
 import { runClaimPaths } from './take-over.js';
 
@@ -24,3 +24,10 @@ export function claimRun(q: Queryable, clock: Clock, request: ClaimRequest, opti
 export function claimVacantRun(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }): Promise<ClaimResult> {
   return claimVacantKey(q, clock, request, { ...options, paths: runClaimPaths });
 }
+
+/**
+ * A run's claim as one statement to pipeline, for a key thought vacant (an
+ * enqueue's, sent with its entry: flow/enqueue.ts); when the key was taken,
+ * the caller makes the full claim (claimRun) in a transaction of its own.
+ */
+export const vacantRunClaimStatement = vacantClaimStatement;

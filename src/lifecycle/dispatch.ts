@@ -24,7 +24,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
-import { type Clock, sqlNow } from '../db/clock.js';
+import { type Clock, sqlNow, sqlStatementNow } from '../db/clock.js';
 
 export interface DispatchedRun {
   scope: string;
@@ -96,12 +96,11 @@ const seemsFree = (q: Queryable, queue: string) =>
   q`(select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency`;
 
 /**
- * An enqueue's lock, taken only if free: the queue's advisory lock and then
- * its row's, in one statement; an empty answer means another transaction is
- * dispatching or enqueuing on the queue. An enqueue that does not get it adds
- * its entry without dispatching (an entry waiting is never a slot granted),
- * and dispatches after its commit, waiting for the lock then — so that
- * concurrent enqueues commit side by side instead of one after another.
+ * An enqueue's lock on Citus, taken only if free: the queue's advisory lock
+ * and then its row's, in one statement; an empty answer means another
+ * transaction is dispatching or enqueuing on the queue. An enqueue that does
+ * not get it adds its entry without dispatching (an entry waiting is never a
+ * slot granted), and dispatches after its commit, waiting for the lock then.
  */
 export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
@@ -116,27 +115,42 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
 }
 
 /**
- * An enqueue's wait for the queue's lock, sent after tryLockQueueStatement
- * and the entry when the try did not take it: it waits (on the server) only
- * if the queue seemed to have a free slot — the enqueue then dispatches, and
- * its run starts at once — and otherwise lets the entry commit without the
- * lock, as enqueues on a full queue do side by side. Then the queue row's
- * lock, only if this transaction holds the advisory lock (advisory first,
- * then the row, in every transaction). Both note the queue in
- * stepkey.dispatching for the guarded dispatch after them.
+ * An enqueue's lock (one PostgreSQL), waited for on the server: the queue's
+ * advisory lock exclusively if the queue seemed to have a free slot — the
+ * enqueue may grant its run one (enqueue-grant.ts), and it takes the row's
+ * lock there — shared otherwise: its entry only joins the line, and
+ * enqueues onto a full queue do not wait for each other. Either way it
+ * waits for a hand-off or a dispatch holding the lock, and they for it, so
+ * that an entry added and a slot given back at the same time always meet:
+ * whichever commits second is seen by the other's statements after its lock.
+ * The exclusive lock is noted in stepkey.dispatching (the grant's condition).
  */
-export function waitLockIfFreeStatements(q: Queryable, queue: string) {
-  return [
-    q`
-      with wanted as materialized (
-        select name from stepkey.queues
-         where name = ${queue}
-           and current_setting('stepkey.dispatching', true) is distinct from ${queue}::text
-           and ${seemsFree(q, queue)})
-      select set_config('stepkey.dispatching', name, true) as name
-        from wanted, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`,
-    q`select name from stepkey.queues where name = ${queue} and current_setting('stepkey.dispatching', true) = ${queue}::text for update`,
-  ];
+export function enqueueLockStatement(q: Queryable, queue: string, plans: Plans) {
+  return q<{ exclusive: boolean }[]>`
+    with wanted as materialized (
+      select name, ${seemsFree(q, queue)} as room from stepkey.queues, ${planMode(q, plans)} where name = ${queue})
+    select set_config('stepkey.dispatching', case when w.room then w.name else '' end, true) = w.name as exclusive
+      from wanted w
+      left join lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'w.name')}) where w.room) exclusive on true
+      left join lateral (select pg_advisory_xact_lock_shared(${queueLockKey(q, 'w.name')}) where not w.room) shared on true`;
+}
+
+/**
+ * A hand-off's lock (one PostgreSQL): a queued run's completion, which gives
+ * its slot back, waits on the server for the queue's advisory lock and then
+ * takes its row's, noted for the guarded dispatch after it. Waited for, not
+ * tried: the lock is held only while a batch runs on the server, and an
+ * enqueue adding its entry meanwhile holds it too (enqueueLockStatement), so
+ * the dispatch after this lock sees every entry committed before, and an
+ * enqueue after it sees the slot given back. Its step's statement_timeout
+ * must be lifted first (handOffStatements): the wait is not the step's.
+ */
+export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) {
+  return q<{ name: string }[]>`
+    select set_config('stepkey.dispatching', queues.name, true) as name
+      from stepkey.queues, ${planMode(q, plans)}, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'queues.name')})) locked
+     where queues.name = ${queue}
+       for update of queues`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
@@ -206,7 +220,8 @@ export function dispatchStatement(
   versions: readonly { name: string; version: number }[],
   options: { guarded?: boolean } = {},
 ) {
-  const now = sqlNow(q, clock);
+  // The statement's time: a dispatch riding a completion late in a long transaction sees the runs enqueued meanwhile.
+  const now = sqlStatementNow(q, clock);
   // Each run started gets a lease token minted here (nothing volatile in the UPDATE).
   const tokens = Array.from({ length: Math.max(0, limit) }, () => randomUUID());
   // Guarded: sent in a pipeline after the statement that notes the queue in stepkey.dispatching
@@ -249,17 +264,18 @@ export function dispatchStatement(
         cross join lateral (
           select e.scope, e.key, e.partition, e.priority, e.seq
             from stepkey.queue_entries e
-            -- One primary-key probe per entry, in the index's order, until enough are found
-            -- (offset 0 keeps the planner from turning it into a join over every queued run).
+            -- One primary-key probe per entry, in the index's order, until enough are found: the
+            -- probe has only the key in its WHERE (offset 0 keeps the run's conditions out of it, or
+            -- a plan could scan every waiting run through the partial index of parked runs).
             cross join lateral (
-              select 1 from stepkey.ledger l
+              select l.status, l.wait_kind, l.wake_at, l.name, l.version from stepkey.ledger l
                where l.scope = e.scope and l.key = e.key
-                 and l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
-                 and exists (select 1 from json_to_recordset(${JSON.stringify(versions)}::json) as v(name text, version int)
-                              where v.name = l.name and v.version = l.version)
               offset 0
-            ) ready
+            ) l
            where e.queue = ${queue} and e.partition = p.partition and not e.holding and not e.failed and e.not_before <= ${now}
+             and l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
+             and exists (select 1 from json_to_recordset(${JSON.stringify(versions)}::json) as v(name text, version int)
+                          where v.name = l.name and v.version = l.version)
            order by e.priority desc nulls last, e.seq
            limit (select n from free)
         ) c
@@ -272,11 +288,16 @@ export function dispatchStatement(
        ${queueOrder(q)}
        limit coalesce((select n from free), 0)
     ), locked as (
+      -- Each chosen run's row locked by its primary key (the same probe as above).
       select l.scope, l.key
-        from stepkey.ledger l
-        join chosen c on c.scope = l.scope and c.key = l.key
+        from chosen c
+        cross join lateral (
+          select l.scope, l.key, l.status from stepkey.ledger l
+           where l.scope = c.scope and l.key = c.key
+          offset 0
+             for update skip locked
+        ) l
        where l.status = 'waiting'
-         for update of l skip locked
     ), numbered as (
       select scope, key, row_number() over () as n from locked
     ), started as (

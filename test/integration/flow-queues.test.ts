@@ -54,6 +54,22 @@ const napper = defineWorkflow({
   },
 });
 
+/** A short tx step: the completion rides its transaction, under its statement_timeout. */
+const SHORT_STEP_MS = 1_500;
+const quick = defineWorkflow({
+  name: 'flow-quick-tx',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { write: step('quick-write.v1', { timeoutMs: SHORT_STEP_MS }) },
+  async run({ input, steps }) {
+    await steps.write.tx(async () => {
+      started.push(input.id);
+      await gate(input.id).opened;
+    });
+    return input.id;
+  },
+});
+
 const single = defineQueue({ name: 'flow-single', concurrency: 1 });
 const tenants = defineQueue<{ tenant: string }>({
   name: 'flow-tenants',
@@ -74,7 +90,7 @@ const rated = defineQueue({ name: 'flow-rated', concurrency: 50, rateLimit: { li
 
 const engines: Engine[] = [];
 const engine = (options: Parameters<typeof testEngine>[2] = {}) => {
-  const made = testEngine(db(), [work, napper], { queues: [single, tenants, broken, rated], ...options });
+  const made = testEngine(db(), [work, napper, quick], { queues: [single, tenants, broken, rated], ...options });
   engines.push(made);
   return made;
 };
@@ -228,6 +244,34 @@ describe('enqueue', () => {
     gate(after.key).open();
     gate(holder.key).open();
     await waitForRunsToEnd(db().sql, after.key);
+    expect(await slotsHeld(db().sql, 'flow-single')).toEqual({ held: 0, entries: 0 });
+  });
+});
+
+describe('a queued run that completes', () => {
+  it('waits for the queue’s lock to hand its slot over, past its step’s statement_timeout, and completes', async () => {
+    const e = engine();
+    const run = { scope: 'acme', key: uniqueKey('quick') };
+    const next = { scope: 'acme', key: uniqueKey('next') };
+    await e.enqueue(quick, run, { id: run.key }, { queue: single });
+    await expect.poll(() => started.includes(run.key)).toBe(true);
+    await e.enqueue(work, next, { id: next.key, tenant: 't' }, { queue: single });
+    // Another transaction holds the queue's lock (a dispatch, an enqueue) longer than the step's timeout.
+    const holder = await db().sql.reserve();
+    try {
+      await holder`begin`;
+      await holder`select pg_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${single.name}, 0))`;
+      gate(run.key).open();
+      await new Promise((resolve) => setTimeout(resolve, SHORT_STEP_MS * 2));
+      await holder`commit`;
+    } finally {
+      holder.release();
+    }
+    await waitForRunsToEnd(db().sql, run.key);
+    await waitForRunsToEnd(db().sql, next.key);
+    expect(await status(run)).toMatchObject({ status: 'completed' });
+    expect(await attemptsOf(run)).toBe(1);
+    expect(executions.get(next.key)).toBe(1);
     expect(await slotsHeld(db().sql, 'flow-single')).toEqual({ held: 0, entries: 0 });
   });
 });

@@ -6,13 +6,9 @@
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
+import type { EntryValues } from '../../lifecycle/enqueue-grant.js';
 
-export interface EntryValues {
-  queue: string;
-  partition: string;
-  priority: number;
-  delayMs: number;
-}
+export type { EntryValues };
 
 export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, entry: EntryValues) {
   const now = sqlNow(q, clock);

@@ -209,13 +209,24 @@ export async function insertClaimRow(
   request: ClaimRequest,
   token: string,
   leaseMs: number,
-): Promise<{ attempts: number; deadline_at_ms: number | null } | undefined> {
+): Promise<InsertedClaim | undefined> {
+  const [row] = await insertClaimRowStatement(q, clock, request, token, leaseMs);
+  return row;
+}
+
+/** What insertClaimRow answers when it inserted the row. */
+export interface InsertedClaim {
+  attempts: number;
+  deadline_at_ms: number | null;
+}
+
+/** insertClaimRow as a statement not sent yet, to pipeline with what follows it in its transaction. */
+export function insertClaimRowStatement(q: Queryable, clock: Clock, request: ClaimRequest, token: string, leaseMs: number) {
   const b = new StatementText();
   insertRow(b, b.now(clock), request, token, leaseMs);
   b.sql`
      where pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
     on conflict (scope, key) do nothing
     returning attempts, (extract(epoch from deadline_at) * 1000)::float8 as deadline_at_ms`;
-  const [row] = await b.query<{ attempts: number; deadline_at_ms: number | null }[]>(q);
-  return row;
+  return b.query<InsertedClaim[]>(q);
 }

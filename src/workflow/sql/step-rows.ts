@@ -66,7 +66,13 @@ export interface StepRow {
 /** How the rows are fenced (see above): a share lock on the run row (default), the run's completion, or nothing in the run's own start. */
 export type StepRowsFence =
   | { kind: 'share' }
-  | { kind: 'complete'; outcome: OutcomeToStore; retentionMs: number }
+  | {
+      kind: 'complete';
+      outcome: OutcomeToStore;
+      retentionMs: number;
+      /** Lift the step's statement_timeout for the statements after this one (a slot's hand-off, whose lock wait is not the step's). */
+      liftTimeout?: boolean;
+    }
   | { kind: 'ownStart' };
 
 export function insertStepRowsStatement(
@@ -125,7 +131,9 @@ export function insertStepRowsStatement(
       returning 1)`;
   }
   b.sql`
-    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')} from fence`;
+    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')}${new SqlText(
+      fencedBy.kind === 'complete' && fencedBy.liftTimeout ? `, set_config('statement_timeout', '0', true) as untimed` : '',
+    )} from fence`;
   return b.query(q);
 }
 
