@@ -1,31 +1,30 @@
 /**
- * engine.enqueue's transaction: the run's claim, its queue entry, its park
- * (waiting for a slot) and a dispatch of its queue, committed together.
+ * engine.enqueue's transaction: the run's claim, its queue entry and either
+ * the slot granted at once or its park (waiting for a slot), committed
+ * together. On one PostgreSQL, for a key not claimed before, one round trip:
  *
- *   BEGIN; claim (scope, key)                 a duplicate gets its answer, nothing more is written
- *   the queue's lock if no one holds it; insert the entry; park the run
- *   (wait_kind 'slot'); the lock waited for if it was held and a slot seemed
- *   free; dispatch if the lock was taken; COMMIT                 one round trip
+ *   BEGIN; the claim's insert           (nothing after it writes if the key was taken)
+ *   the queue's lock: exclusive if a slot seemed free, shared otherwise
+ *   the entry, holding a slot if the queue has room and no run waits in line
+ *   the park unless the slot was granted; COMMIT
  *
- * The queue's lock is held only while the server runs that batch. An enqueue
- * that finds it held while every slot is taken commits its entry without it
- * (enqueues on a full queue do not wait for each other) and the queue is
- * dispatched right after; one that finds a slot free waits for the lock on
- * the server, so that its run starts at once. On Citus the dispatch takes
- * several statements, and an enqueue that finds the lock held never waits.
+ * A run granted its slot goes on here under its claim's lease: it starts at
+ * once, with no dispatch. The lock is held only while the server runs the
+ * batch; a shared one lets enqueues onto a full queue commit side by side,
+ * and makes a slot's hand-off (which waits for it exclusively) see their
+ * entries. The queue is dispatched after the commit only when a slot was
+ * free and this enqueue could not take it (shared lock, runs ahead).
  *
- * When the queue has a free slot, the dispatch in that same transaction
- * starts the run (or, by the queue's order, another queued run), and this
- * process executes what it started: an enqueue that finds a slot free starts
- * its run at once, not at the next sweep.
+ * A key taken (a duplicate, an expired key, a failed run) goes the full way,
+ * in a transaction of its own: the claim, then the rest. The same ref again
+ * after its run failed resumes it: the claim's takeover parks it waiting for
+ * a slot instead (ledger/sql/takeover.ts), and the queue is dispatched in the
+ * same transaction — the resumed run starts at once only if a slot is free
+ * (`requeued`).
  *
- * The same ref again after its run failed resumes it: the claim's takeover
- * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
- * queue is dispatched in the same transaction —
- * the resumed run starts at once only if a slot is free (`requeued`).
- *
- * On Citus the dispatch takes several statements (lifecycle/dispatch-distributed.ts),
- * sent one after another before the COMMIT instead of with it.
+ * On Citus the dispatch takes several statements (lifecycle/dispatch-distributed.ts):
+ * an enqueue tries the queue's lock, and one that finds it held never waits
+ * (the queue is dispatched after its commit).
  */
 import type postgres from 'postgres';
 import type { Sql } from '../db/connect.js';
