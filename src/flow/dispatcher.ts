@@ -139,7 +139,7 @@ export class Dispatcher implements SlotHandOff {
     }
   }
 
-  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction (FlowControl.handOffStatements). */
+  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction, if its lock is free. */
   withCompletion(lease: { scope: string; key: string }, q: Queryable) {
     const queue = this.#holding.get(idOf(lease));
     const host = this.#host;
@@ -151,7 +151,7 @@ export class Dispatcher implements SlotHandOff {
 
   afterCompletion(lease: { scope: string; key: string }, answers: readonly unknown[]): void {
     const [locked, dispatched] = answers as [readonly { name: string }[] | undefined, readonly unknown[] | undefined];
-    // The queue's lock was taken (always, once committed): what its dispatch started is executed here.
+    // The queue's lock was taken: what its dispatch started is executed here, whatever else happened.
     const queue = locked?.[0]?.name;
     if (queue === undefined) return;
     this.#handedOver.add(idOf(lease));

@@ -1,30 +1,36 @@
 /**
- * engine.enqueue's transaction: the run's claim, its queue entry and either
- * the slot granted at once or its park (waiting for a slot), committed
- * together. On one PostgreSQL, for a key not claimed before, one round trip:
+ * engine.enqueue's transaction: the run's claim, its queue entry, its park
+ * (waiting for a slot) and a dispatch of its queue, committed together.
  *
- *   BEGIN; the claim's insert           (nothing after it writes if the key was taken)
- *   the queue's lock: exclusive if a slot seemed free, shared otherwise
- *   the entry, holding a slot if the queue has room and no run waits in line
- *   the park unless the slot was granted; COMMIT
+ *   BEGIN; claim (scope, key)
+ *   the queue's lock if no one holds it; insert the entry; park the run
+ *   (wait_kind 'slot'); the lock waited for if it was held and a slot seemed
+ *   free; dispatch if the lock was taken; COMMIT
  *
- * A run granted its slot goes on here under its claim's lease: it starts at
- * once, with no dispatch. The lock is held only while the server runs the
- * batch; a shared one lets enqueues onto a full queue commit side by side,
- * and makes a slot's hand-off (which waits for it exclusively) see their
- * entries. The queue is dispatched after the commit only when a slot was
- * free and this enqueue could not take it (shared lock, runs ahead).
+ * On one PostgreSQL all of it is one round trip for a key not claimed before
+ * (the claim's insert sent first, the entry and park written only if it
+ * inserted the run); a key already there (a duplicate gets its answer,
+ * nothing more is written) takes one more, its claim first.
  *
- * A key taken (a duplicate, an expired key, a failed run) goes the full way,
- * in a transaction of its own: the claim, then the rest. The same ref again
- * after its run failed resumes it: the claim's takeover parks it waiting for
- * a slot instead (ledger/sql/takeover.ts), and the queue is dispatched in the
- * same transaction — the resumed run starts at once only if a slot is free
- * (`requeued`).
+ * The queue's lock is held only while the server runs that batch. An enqueue
+ * that finds it held while every slot is taken commits its entry without it
+ * (enqueues on a full queue do not wait for each other) and the queue is
+ * dispatched right after; one that finds a slot free waits for the lock on
+ * the server, so that its run starts at once. On Citus the dispatch takes
+ * several statements, and an enqueue that finds the lock held never waits.
  *
- * On Citus the dispatch takes several statements (lifecycle/dispatch-distributed.ts):
- * an enqueue tries the queue's lock, and one that finds it held never waits
- * (the queue is dispatched after its commit).
+ * When the queue has a free slot, the dispatch in that same transaction
+ * starts the run (or, by the queue's order, another queued run), and this
+ * process executes what it started: an enqueue that finds a slot free starts
+ * its run at once, not at the next sweep.
+ *
+ * The same ref again after its run failed resumes it: the claim's takeover
+ * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
+ * queue is dispatched in the same transaction —
+ * the resumed run starts at once only if a slot is free (`requeued`).
+ *
+ * On Citus the dispatch takes several statements (lifecycle/dispatch-distributed.ts),
+ * sent one after another before the COMMIT instead of with it.
  */
 import type postgres from 'postgres';
 import type { Sql } from '../db/connect.js';
@@ -38,8 +44,6 @@ import type { FlowControl, Versions } from './flow-control.js';
 import { slotWait } from '../lifecycle/slot-wait.js';
 import { dispatchedRuns, type DispatchedRun } from '../lifecycle/dispatch.js';
 import { insertEntryStatement, type EntryValues } from './sql/enqueue.js';
-import type { EntryGrant } from '../lifecycle/enqueue-grant.js';
-import { StepkeyError } from '../errors/stepkey-error.js';
 
 export interface EnqueueOptions {
   /** The queue (registered with the engine), by object or name. */
@@ -71,10 +75,44 @@ export type Enqueued = {
 
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   await flow.ready();
-  if (flow.dispatchesInline) {
-    const enqueued = await enqueueVacant(sql, clock, flow, request);
-    if (enqueued) return enqueued;
+  // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
+  const vacant = flow.dispatchesInline ? await enqueueVacant(sql, clock, flow, request) : undefined;
+  if (vacant?.claim) return vacant as Enqueued;
+  const enqueued = await enqueueClaimed(sql, clock, flow, request);
+  return vacant ? { ...enqueued, dispatched: [...vacant.dispatched, ...enqueued.dispatched] } : enqueued;
+}
+
+/**
+ * The enqueue of a key not claimed before (one PostgreSQL), in one round
+ * trip: BEGIN, the claim's insert, then the batch of the claimed path below
+ * (its entry and park written only if the claim inserted the run), COMMIT.
+ * When the key was taken nothing of the run is written, and the claimed path
+ * follows — with what the batch's dispatch started meanwhile, which is this
+ * process's to execute.
+ */
+async function enqueueVacant(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Partial<Enqueued> & { dispatched: DispatchedRun[] }> {
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
+  try {
+    const claiming = vacantRunClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    const lease = { ...request.ref, token: claiming.token };
+    const entry = [
+      insertEntryStatement(tx.sql, clock, request.ref, request.entry, lease.token),
+      parkStatement(tx.sql, clock, lease, slotWait(request.entry.queue), { claimedHere: true }),
+    ];
+    const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
+    const [inserted, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
+    const claim = claiming.owned(inserted);
+    const dispatched = batch.dispatched(answers);
+    if (claim?.state !== 'owned') return { dispatched };
+    return { claim, dispatched, requeued: false, dispatchAfter: !batch.locked(answers) };
+  } catch (error) {
+    tx.abandon();
+    throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
+}
+
+/** The enqueue whose claim goes first, on its own: on Citus, and for a key already there (a duplicate, an expired key, a failed run). */
+async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
@@ -89,16 +127,18 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
       else tx.abandon();
       return { claim, dispatched: [], requeued: false };
     }
-    if (flow.dispatchesInline) {
-      // A key forgotten (it had expired) and claimed anew: the vacant claim's batch, after its claim.
-      const batch = flow.grantStatements(tx.sql, claim.lease, request.entry);
-      const grant = batch.grant(await tx.commit(...batch.statements));
-      return { claim, requeued: false, ...granted(request, claim.lease.token, claim.attempts, grant) };
-    }
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
+    if (flow.dispatchesInline) {
+      // One round trip (FlowControl.enqueueStatements), the queue's lock held only while the server
+      // runs it: taken if free; else waited for if a slot seemed free; else the entry commits without
+      // it, and the queue is dispatched after the commit.
+      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
+      const answers = await tx.commit(...batch.statements);
+      return { claim, dispatched: batch.dispatched(answers), requeued: false, dispatchAfter: !batch.locked(answers) };
+    }
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
@@ -113,49 +153,6 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
-}
-
-/**
- * The enqueue of a key not claimed before (one PostgreSQL), in one round
- * trip: BEGIN, the claim's insert, the queue's lock if free, the entry —
- * granted a slot if the queue has room and no run waits in line — the park
- * unless granted, COMMIT. A run granted its slot goes on under its claim's
- * lease. Undefined when the key was taken (nothing was written): the full
- * enqueue follows. The queue is to be dispatched after the commit if this
- * enqueue did not get the lock (a slot given back meanwhile may not have seen
- * its entry) or found a slot free with runs waiting ahead of its own.
- */
-async function enqueueVacant(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
-  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
-  try {
-    const claiming = vacantRunClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
-    const lease = { ...request.ref, token: claiming.token };
-    const batch = flow.grantStatements(tx.sql, lease, request.entry);
-    const [inserted, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
-    const claim = claiming.owned(inserted);
-    const grant = batch.grant(answers);
-    if (claim?.state !== 'owned') return undefined;
-    return { claim, requeued: false, ...granted(request, claiming.token, claim.attempts, grant) };
-  } catch (error) {
-    tx.abandon();
-    throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
-  }
-}
-
-/**
- * What a grant's answer means for the enqueue: its run started (granted a
- * slot) or not, and whether the queue is to be dispatched after the commit —
- * when the enqueue could not grant (its lock was shared) but found a slot
- * free, or found one free with runs waiting ahead of its own.
- */
-function granted(request: EnqueueRequest, token: string, attempts: number, grant: EntryGrant | undefined): Pick<Enqueued, 'dispatched' | 'dispatchAfter'> {
-  if (!grant?.entered) {
-    throw new StepkeyError('database_error', `The entry of run '${request.ref.key}' on queue '${request.entry.queue}' was not written.`);
-  }
-  return {
-    dispatched: grant.granted ? [{ ...request.ref, token, attempts }] : [],
-    dispatchAfter: !grant.granted && grant.room && (!grant.locked || grant.ahead),
-  };
 }
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */

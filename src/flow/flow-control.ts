@@ -11,24 +11,10 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import {
-  dispatchStatement,
-  dispatchedRuns,
-  enqueueLockStatement,
-  handOffLockStatement,
-  lockQueueRowStatement,
-  lockQueueStatement,
-  tryLockQueueStatement,
-  type DispatchedRun,
-  type Plans,
-} from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, waitLockIfFreeStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
-import { enqueueGrantStatement, type EntryGrant, type EntryValues } from '../lifecycle/enqueue-grant.js';
-import { parkStatement } from '../lifecycle/park.js';
-import { slotWait } from '../lifecycle/slot-wait.js';
-import type { Lease } from '../ledger/types.js';
 
 export type Versions = readonly { name: string; version: number }[];
 type PendingRows = postgres.PendingQuery<postgres.Row[]>;
@@ -135,37 +121,39 @@ export class FlowControl {
   }
 
   /**
-   * What a queued run's completion sends last in its commit (one
-   * PostgreSQL), handing the slot it gives back to the next queued run: the
-   * queue's lock waited for on the server and held only while that batch
-   * runs (the completion has lifted its step's statement_timeout: the wait
-   * is not the step's; workflow/commit.ts), and a dispatch — with a snapshot
-   * taken after the lock, so that it sees every entry committed before. None
-   * on Citus (see dispatchSteps): there the queue is dispatched after the commit.
+   * The queue's lock if no one holds it, and a dispatch that starts runs
+   * only if that lock was taken — sent in the batch that ends with the
+   * COMMIT (one PostgreSQL), so that the lock is held only while the server
+   * runs it: by an enqueue, after its entry, and by a queued run's
+   * completion, which hands over the slot it gave back. A caller that does
+   * not get the lock never waits for it: the queue is dispatched after its
+   * commit (`dispatch`). None on Citus (see dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
     return [
-      handOffLockStatement(q, queue, this.plans) as unknown as PendingRows,
+      tryLockQueueStatement(q, queue, this.plans) as unknown as PendingRows,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
     ];
   }
 
   /**
-   * What follows an enqueue's claim of a vacant key in its batch (one
-   * PostgreSQL): the queue's lock (enqueueLockStatement: exclusive if a slot
-   * seemed free, shared otherwise), the entry — granted a slot at once if the
-   * queue has room and no run waits in line (lifecycle/enqueue-grant.ts) —
-   * and the run's park unless it was granted. `grant(answers)` reads what the
-   * grant decided.
+   * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
+   * queue's lock if no one holds it, the entry, the lock waited for only if a
+   * slot seemed free, and a dispatch that starts runs only if the lock was
+   * taken. `locked(answers)` says whether the lock was taken, `dispatched(answers)` what started.
    */
-  grantStatements(q: Queryable, lease: Lease, entry: EntryValues) {
-    const statements = [
-      enqueueLockStatement(q, entry.queue, this.plans) as unknown as PendingRows,
-      enqueueGrantStatement(q, this.#clock, lease, entry) as unknown as PendingRows,
-      parkStatement(q, this.#clock, lease, slotWait(entry.queue), { unlessGranted: true }),
-    ];
-    return { statements, grant: (answers: readonly unknown[]) => (answers[1] as readonly EntryGrant[] | undefined)?.[0] };
+  enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
+    const [tryLock, dispatch] = this.handOffStatements(q, queue, limit, leaseMs, versions);
+    const [waitLock, rowLock] = waitLockIfFreeStatements(q, queue) as unknown as PendingRows[];
+    const statements = [tryLock!, ...entry, waitLock!, rowLock!, dispatch!];
+    const at = (statement: PendingRows | undefined) => statements.indexOf(statement!);
+    const rows = (answers: readonly unknown[], statement: PendingRows | undefined) => answers[at(statement)] as readonly unknown[];
+    return {
+      statements,
+      locked: (answers: readonly unknown[]) => rows(answers, tryLock).length > 0 || rows(answers, waitLock).length > 0,
+      dispatched: (answers: readonly unknown[]) => dispatchedRuns(rows(answers, dispatch)),
+    };
   }
 
   /**

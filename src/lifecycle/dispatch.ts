@@ -96,11 +96,12 @@ const seemsFree = (q: Queryable, queue: string) =>
   q`(select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency`;
 
 /**
- * An enqueue's lock on Citus, taken only if free: the queue's advisory lock
- * and then its row's, in one statement; an empty answer means another
- * transaction is dispatching or enqueuing on the queue. An enqueue that does
- * not get it adds its entry without dispatching (an entry waiting is never a
- * slot granted), and dispatches after its commit, waiting for the lock then.
+ * An enqueue's lock, taken only if free: the queue's advisory lock and then
+ * its row's, in one statement; an empty answer means another transaction is
+ * dispatching or enqueuing on the queue. An enqueue that does not get it adds
+ * its entry without dispatching (an entry waiting is never a slot granted),
+ * and dispatches after its commit, waiting for the lock then — so that
+ * concurrent enqueues commit side by side instead of one after another.
  */
 export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
@@ -115,42 +116,27 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
 }
 
 /**
- * An enqueue's lock (one PostgreSQL), waited for on the server: the queue's
- * advisory lock exclusively if the queue seemed to have a free slot — the
- * enqueue may grant its run one (enqueue-grant.ts), and it takes the row's
- * lock there — shared otherwise: its entry only joins the line, and
- * enqueues onto a full queue do not wait for each other. Either way it
- * waits for a hand-off or a dispatch holding the lock, and they for it, so
- * that an entry added and a slot given back at the same time always meet:
- * whichever commits second is seen by the other's statements after its lock.
- * The exclusive lock is noted in stepkey.dispatching (the grant's condition).
+ * An enqueue's wait for the queue's lock, sent after tryLockQueueStatement
+ * and the entry when the try did not take it: it waits (on the server) only
+ * if the queue seemed to have a free slot — the enqueue then dispatches, and
+ * its run starts at once — and otherwise lets the entry commit without the
+ * lock, as enqueues on a full queue do side by side. Then the queue row's
+ * lock, only if this transaction holds the advisory lock (advisory first,
+ * then the row, in every transaction). Both note the queue in
+ * stepkey.dispatching for the guarded dispatch after them.
  */
-export function enqueueLockStatement(q: Queryable, queue: string, plans: Plans) {
-  return q<{ exclusive: boolean }[]>`
-    with wanted as materialized (
-      select name, ${seemsFree(q, queue)} as room from stepkey.queues, ${planMode(q, plans)} where name = ${queue})
-    select set_config('stepkey.dispatching', case when w.room then w.name else '' end, true) = w.name as exclusive
-      from wanted w
-      left join lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'w.name')}) where w.room) exclusive on true
-      left join lateral (select pg_advisory_xact_lock_shared(${queueLockKey(q, 'w.name')}) where not w.room) shared on true`;
-}
-
-/**
- * A hand-off's lock (one PostgreSQL): a queued run's completion, which gives
- * its slot back, waits on the server for the queue's advisory lock and then
- * takes its row's, noted for the guarded dispatch after it. Waited for, not
- * tried: the lock is held only while a batch runs on the server, and an
- * enqueue adding its entry meanwhile holds it too (enqueueLockStatement), so
- * the dispatch after this lock sees every entry committed before, and an
- * enqueue after it sees the slot given back. Its step's statement_timeout
- * must be lifted first (handOffStatements): the wait is not the step's.
- */
-export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) {
-  return q<{ name: string }[]>`
-    select set_config('stepkey.dispatching', queues.name, true) as name
-      from stepkey.queues, ${planMode(q, plans)}, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'queues.name')})) locked
-     where queues.name = ${queue}
-       for update of queues`;
+export function waitLockIfFreeStatements(q: Queryable, queue: string) {
+  return [
+    q`
+      with wanted as materialized (
+        select name from stepkey.queues
+         where name = ${queue}
+           and current_setting('stepkey.dispatching', true) is distinct from ${queue}::text
+           and ${seemsFree(q, queue)})
+      select set_config('stepkey.dispatching', name, true) as name
+        from wanted, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`,
+    q`select name from stepkey.queues where name = ${queue} and current_setting('stepkey.dispatching', true) = ${queue}::text for update`,
+  ];
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */

@@ -43,14 +43,8 @@ export function lockRunStatement(q: Queryable, clock: Clock, lease: Lease) {
  * the transaction that records everything the run did before it (the step
  * rows before it are fenced by the same, still valid, lease).
  */
-export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait, options: { unlessGranted?: boolean } = {}) {
+export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait, options: { claimedHere?: boolean } = {}) {
   const b = new StatementText();
-  // unlessGranted: the run an enqueue's claim inserted in this same transaction, parked for its slot
-  // unless its entry was granted one (enqueue-grant.ts). Nothing to fence — no one else can have
-  // touched a row this transaction inserted — and nothing moves when the claim inserted nothing.
-  const granted = options.unlessGranted
-    ? new SqlText(`and not exists (select 1 from stepkey.queue_entries e where e.scope = ${b.param(lease.scope)} and e.key = ${b.param(lease.key)} and e.holding)`)
-    : new SqlText('');
   const now = b.now(clock);
   b.sql`
     with moved as (
@@ -66,12 +60,15 @@ export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: Ru
              expires_at = null,
              updated_at = ${now}
        where scope = ${lease.scope} and key = ${lease.key}
-         and lease_token = ${lease.token}::uuid and status = 'in_progress' ${granted}
+         and lease_token = ${lease.token}::uuid and status = 'in_progress'
       returning scope, key
     )`;
   const holds = wait.kind !== 'slot';
   if (holds) giveBackHolds(b, lease, 'park');
-  if (options.unlessGranted) {
+  if (options.claimedHere) {
+    // The run an enqueue's claim inserted in this same transaction (flow/enqueue.ts), sent with that
+    // claim: nothing to fence (no one else can have touched a row this transaction inserted), and
+    // nothing moves when the claim inserted nothing.
     b.sql`
     select count(*)::int as parked from moved`;
     return b.query(q);

@@ -87,8 +87,6 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   const build = (q: Queryable, more: CommitExtra): Statement[] => {
     const handing = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease, q) ?? [] : [];
     handOff = handing.length;
-    // The hand-off waits for its queue's lock: not under the step's statement_timeout, lifted by the completion.
-    const fenced = fence.kind === 'complete' && handOff > 0 ? { ...fence, liftTimeout: true } : fence;
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
@@ -98,7 +96,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
       // Before the step rows: a completion among them gives the lease up, which this update requires.
       ...(state.buffer.traceToStore ? [storeTraceContextStatement(q, state.lease, state.buffer.traceToStore)] : []),
       ...(giveBack ? [giveBack] : []),
-      ...(recording ? [insertStepRowsStatement(q, state.deps.clock, state.lease, all, writes, fenced)] : []),
+      ...(recording ? [insertStepRowsStatement(q, state.deps.clock, state.lease, all, writes, fence)] : []),
       ...(staleStart && !extra.complete ? [refreshRunLeaseStatement(q, state.deps.clock, state.lease, state.deps.leaseMs)] : []),
       ...(extra.statements?.(q) ?? []),
       ...(more.statements?.(q) ?? []),

@@ -2,11 +2,9 @@
  * A queue slot handed over at a run's end. A run that holds its queue's slot
  * gives it back in the statement that completes it (lifecycle/holds.ts); the
  * engine that registers the queue (src/flow) may send, in that same
- * transaction, a dispatch of the queue — after its lock, waited for on the
- * server and held only while the batch runs — so that the next queued run
- * starts with the commit that ended this one, not a transaction later. The
- * completion lifts its step's statement_timeout when statements follow it
- * here: their wait for the queue's lock is not the step's. The workflow
+ * transaction, a dispatch of the queue — taken only if no one holds the
+ * queue's lock, and held only while the batch runs — so that the next queued run starts
+ * with the commit that ended this one, not a transaction later. The workflow
  * layer knows only this plug (`RunDeps.slotHandOff`).
  */
 import type postgres from 'postgres';

@@ -54,7 +54,7 @@ const napper = defineWorkflow({
   },
 });
 
-/** A short tx step: the completion rides its transaction, under its statement_timeout. */
+/** A short tx step: the completion rides its transaction, under its statement_timeout, and sees what was enqueued during it. */
 const SHORT_STEP_MS = 1_500;
 const quick = defineWorkflow({
   name: 'flow-quick-tx',
@@ -249,7 +249,7 @@ describe('enqueue', () => {
 });
 
 describe('a queued run that completes', () => {
-  it('waits for the queue’s lock to hand its slot over, past its step’s statement_timeout, and completes', async () => {
+  it('hands its slot to a run enqueued during its tx step, while another transaction holds the queue’s lock past the step’s timeout', async () => {
     const e = engine();
     const run = { scope: 'acme', key: uniqueKey('quick') };
     const next = { scope: 'acme', key: uniqueKey('next') };

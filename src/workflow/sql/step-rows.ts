@@ -66,13 +66,7 @@ export interface StepRow {
 /** How the rows are fenced (see above): a share lock on the run row (default), the run's completion, or nothing in the run's own start. */
 export type StepRowsFence =
   | { kind: 'share' }
-  | {
-      kind: 'complete';
-      outcome: OutcomeToStore;
-      retentionMs: number;
-      /** Lift the step's statement_timeout for the statements after this one (a slot's hand-off, whose lock wait is not the step's). */
-      liftTimeout?: boolean;
-    }
+  | { kind: 'complete'; outcome: OutcomeToStore; retentionMs: number }
   | { kind: 'ownStart' };
 
 export function insertStepRowsStatement(
@@ -131,9 +125,7 @@ export function insertStepRowsStatement(
       returning 1)`;
   }
   b.sql`
-    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')}${new SqlText(
-      fencedBy.kind === 'complete' && fencedBy.liftTimeout ? `, set_config('statement_timeout', '0', true) as untimed` : '',
-    )} from fence`;
+    select held${new SqlText(fencedBy.kind === 'complete' ? `, ${holdsRead} as woken` : '')} from fence`;
   return b.query(q);
 }
 
