@@ -37,10 +37,11 @@ describe('stepkey worker with schedules, queues and limits', () => {
     await db().sql`insert into graphile_worker._private_known_crontabs (identifier, known_since, last_execution)
                    values (${everyMinute.task}, date_trunc('minute', now()) - interval '5 minutes',
                            date_trunc('minute', now()) - interval '3 minutes')`;
-    // A run waits on the queue (delayed, so the enqueuing process does not start it); only a worker that serves the queue can.
+    // A run waits on the queue (delayed by a second, so the enqueuing process does not start it, however slow the
+    // host); only a worker that serves the queue can, once it is due.
     const ref = { scope: 'cli-queued', key: uniqueKey('report') };
     const enqueuer = testEngine(db(), [throttled], { queues: [reports], limits: [partner] });
-    const handle = await enqueuer.enqueue(throttled, ref, { n: 21 }, { queue: reports, delayMs: 1 });
+    const handle = await enqueuer.enqueue(throttled, ref, { n: 21 }, { queue: reports, delayMs: 1_000 });
     expect(handle.queued).toBe(true);
     await enqueuer.shutdown();
 
