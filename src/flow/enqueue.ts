@@ -7,10 +7,10 @@
  *   (wait_kind 'slot'); the lock waited for if it was held and a slot seemed
  *   free; dispatch if the lock was taken; COMMIT
  *
- * On one PostgreSQL all of it is one round trip for a key not claimed before
- * (the claim's insert sent first, the entry and park written only if it
- * inserted the run); a key already there (a duplicate gets its answer,
- * nothing more is written) takes one more, its claim first.
+ * On one PostgreSQL all of it is one round trip (the claim sent first, the
+ * entry and park written only if it inserted the run): a duplicate gets its
+ * answer from it, nothing more written; a claim's rare paths (a failed run
+ * resumed, an expired key or lease) take one more round trip, claim first.
  *
  * The queue's lock is held only while the server runs that batch. An enqueue
  * that finds it held while every slot is taken commits its entry without it
@@ -37,7 +37,7 @@ import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { claimRun, vacantRunClaimStatement } from '../lifecycle/claim.js';
+import { claimRun, runClaimStatement } from '../lifecycle/claim.js';
 import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
 import { parkStatement } from '../lifecycle/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
@@ -76,34 +76,35 @@ export type Enqueued = {
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
-  const vacant = flow.dispatchesInline ? await enqueueVacant(sql, clock, flow, request) : undefined;
-  if (vacant?.claim) return vacant as Enqueued;
+  const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
+  if (first?.claim) return first as Enqueued;
   const enqueued = await enqueueClaimed(sql, clock, flow, request);
-  return vacant ? { ...enqueued, dispatched: [...vacant.dispatched, ...enqueued.dispatched] } : enqueued;
+  return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
 }
 
 /**
- * The enqueue of a key not claimed before (one PostgreSQL), in one round
- * trip: BEGIN, the claim's insert, then the batch of the claimed path below
- * (its entry and park written only if the claim inserted the run), COMMIT.
- * When the key was taken nothing of the run is written, and the claimed path
- * follows — with what the batch's dispatch started meanwhile, which is this
- * process's to execute.
+ * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, then the
+ * batch of the claimed path below (its entry and park written only if the
+ * claim inserted the run), COMMIT. A new run, a replay, a run in progress or
+ * parked and a mismatch are answered here. For the rest — a failed run to
+ * resume, an expired key or lease — nothing of the run was written, and the
+ * claimed path follows, with what this batch's dispatch started meanwhile
+ * (this process's to execute).
  */
-async function enqueueVacant(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Partial<Enqueued> & { dispatched: DispatchedRun[] }> {
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Partial<Enqueued> & { dispatched: DispatchedRun[] }> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
-    const claiming = vacantRunClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
+    const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     const lease = { ...request.ref, token: claiming.token };
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry, lease.token),
       parkStatement(tx.sql, clock, lease, slotWait(request.entry.queue), { claimedHere: true }),
     ];
     const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
-    const [inserted, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
-    const claim = claiming.owned(inserted);
+    const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
+    const claim = claiming.answer(claimed);
     const dispatched = batch.dispatched(answers);
-    if (claim?.state !== 'owned') return { dispatched };
+    if (claim?.state !== 'owned') return { ...(claim ? { claim, requeued: false } : {}), dispatched };
     return { claim, dispatched, requeued: false, dispatchAfter: !batch.locked(answers) };
   } catch (error) {
     tx.abandon();
@@ -111,7 +112,7 @@ async function enqueueVacant(sql: Sql, clock: Clock, flow: FlowControl, request:
   }
 }
 
-/** The enqueue whose claim goes first, on its own: on Citus, and for a key already there (a duplicate, an expired key, a failed run). */
+/** The enqueue whose claim goes first, on its own: on Citus, and for a claim's rare paths (a failed run resumed, an expired key or lease). */
 async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {

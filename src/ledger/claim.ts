@@ -11,7 +11,7 @@ import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertStorableText, assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
-import { claimRow, insertClaimRow, insertClaimRowStatement, probeRow, type ClaimRow, type InsertedClaim } from './sql/claim.js';
+import { claimRow, claimRowStatement, insertClaimRow, probeRow, type ClaimRow, type InsertedClaim } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimKind, ClaimRequest, ClaimResult } from './types.js';
 
@@ -201,21 +201,37 @@ export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimR
 }
 
 /**
- * claimVacantKey's insert as a statement not sent yet, for a transaction that
- * sends it with what follows in one round trip (those statements find the row
- * by its lease token, and write nothing when it is not there). `owned` reads
- * its answer: the claim, or undefined when the key was not vacant — the
- * caller then makes the full claim, in a transaction of its own.
+ * A claim's first statement, not sent yet, for a transaction that sends it
+ * with what follows in one round trip (those statements find the run by its
+ * lease token, and write nothing when the claim did not insert it).
+ * `answer` reads it: the run inserted (owned), a replay, a run in progress or
+ * parked, a mismatch — or undefined for the rare paths (a key to forget or
+ * take over, a row under an older fingerprint, a commit that slipped past
+ * the snapshot): the caller then makes the full claim (claimKey) in a
+ * transaction of its own.
  */
-export function vacantClaimStatement(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }) {
+export function claimStatement(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }) {
   assertValidClaim(request);
   const token = randomUUID();
   return {
     token,
-    statement: insertClaimRowStatement(q, clock, request, token, options.leaseMs) as unknown as postgres.PendingQuery<postgres.Row[]>,
-    owned: (rows: readonly unknown[] | undefined): ClaimResult | undefined => {
-      const inserted = rows?.[0] as InsertedClaim | undefined;
-      return inserted ? vacantClaimOwned(request, token, inserted) : undefined;
+    statement: claimRowStatement(q, clock, request, token, options.leaseMs, true) as unknown as postgres.PendingQuery<postgres.Row[]>,
+    answer: (rows: readonly unknown[] | undefined): ClaimResult | undefined => {
+      const row = rows?.[0] as ClaimRow | undefined;
+      switch (row?.state) {
+        case 'owned':
+          return vacantClaimOwned(request, token, row);
+        case 'replay':
+        case 'in_progress':
+        case 'waiting':
+          return settledBy(row, row.state);
+        case 'mismatch':
+          return isLegacyFingerprint(row.stored_fingerprint) ? undefined : { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
+        case 'locked':
+          return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
+        default:
+          return undefined;
+      }
     },
   };
 }

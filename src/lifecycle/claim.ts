@@ -9,7 +9,7 @@
  */
 import type { Queryable } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { claimKey, claimVacantKey, vacantClaimStatement, type LockingClaimResult } from '../ledger/claim.js';
+import { claimKey, claimStatement, claimVacantKey, type LockingClaimResult } from '../ledger/claim.js';
 import type { ClaimRequest, ClaimResult } from '../ledger/types.js';
 import { runClaimPaths } from './take-over.js';
 
@@ -26,8 +26,9 @@ export function claimVacantRun(q: Queryable, clock: Clock, request: ClaimRequest
 }
 
 /**
- * A run's claim as one statement to pipeline, for a key thought vacant (an
- * enqueue's, sent with its entry: flow/enqueue.ts); when the key was taken,
- * the caller makes the full claim (claimRun) in a transaction of its own.
+ * A run's claim as one statement to pipeline (an enqueue's, sent with its
+ * entry: flow/enqueue.ts): it answers a new run, a replay, a run in progress
+ * or parked, a mismatch; for the rest (a takeover, an expired key) the caller
+ * makes the full claim (claimRun) in a transaction of its own.
  */
-export const vacantRunClaimStatement = vacantClaimStatement;
+export const runClaimStatement = claimStatement;

@@ -94,6 +94,14 @@ export async function claimRow(
     : q<{ held: boolean }[]>`
         select pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0)) as held`.execute();
   locking?.catch(() => {});
+  const [row] = await claimRowStatement(q, clock, request, token, leaseMs, insert);
+  // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
+  if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
+  return row;
+}
+
+/** claimRow's statement, not sent yet (in `insert` mode it is the whole claim: an enqueue pipelines it with what follows). */
+export function claimRowStatement(q: Queryable, clock: Clock, request: ClaimRequest, token: string, leaseMs: number, insert: boolean) {
   const b = new StatementText();
   const now = b.now(clock);
   b.sql`
@@ -130,10 +138,7 @@ export async function claimRow(
   existingRow(b, now, request);
   b.sql`
       from existing l`;
-  const [row] = await b.query<ClaimRow[]>(q);
-  // The claim may have got the lock just after its snapshot; only the earlier attempt counts.
-  if (row?.state === 'vacant' && !(await locking)?.[0]?.held) return { ...row, state: 'locked' };
-  return row;
+  return b.query<ClaimRow[]>(q);
 }
 
 /** The columns and values of a claim's in-progress row (for `insert into stepkey.ledger … from …`). */
@@ -210,23 +215,18 @@ export async function insertClaimRow(
   token: string,
   leaseMs: number,
 ): Promise<InsertedClaim | undefined> {
-  const [row] = await insertClaimRowStatement(q, clock, request, token, leaseMs);
-  return row;
-}
-
-/** What insertClaimRow answers when it inserted the row. */
-export interface InsertedClaim {
-  attempts: number;
-  deadline_at_ms: number | null;
-}
-
-/** insertClaimRow as a statement not sent yet, to pipeline with what follows it in its transaction. */
-export function insertClaimRowStatement(q: Queryable, clock: Clock, request: ClaimRequest, token: string, leaseMs: number) {
   const b = new StatementText();
   insertRow(b, b.now(clock), request, token, leaseMs);
   b.sql`
      where pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
     on conflict (scope, key) do nothing
     returning attempts, (extract(epoch from deadline_at) * 1000)::float8 as deadline_at_ms`;
-  return b.query<InsertedClaim[]>(q);
+  const [row] = await b.query<InsertedClaim[]>(q);
+  return row;
+}
+
+/** What a claim answers when it inserted the row. */
+export interface InsertedClaim {
+  attempts: number;
+  deadline_at_ms: number | null;
 }
