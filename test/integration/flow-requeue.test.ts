@@ -33,7 +33,7 @@ import { onCitus, useEmptyDatabase, useTestDatabase, type TestDatabase } from '.
 import { testEngine } from '../helpers/engine.js';
 import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { LONG_LEASE_MS } from '../helpers/patience.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
 import { migrateBefore } from '../helpers/migrations.js';
 
 const db = useTestDatabase();
@@ -101,12 +101,24 @@ const status = async (sql: Database['sql'], ref: Ref) =>
 /** The fingerprint engine.enqueue gives a run of `flaky` on `single` at priority 0. */
 const enqueueFingerprint = (input: unknown) => purposeFingerprint('rq-flaky', { input, queue: 'rq-single', priority: 0 });
 
+/**
+ * Until no transaction holds the queue's lock: on Citus an enqueue that finds it held never waits
+ * (its run then starts after its commit, not in it), and a run's end dispatches the queue in a
+ * transaction of its own that a busy host may still be running. The try is released with its statement.
+ */
+const queueLockFree = (queue: string) =>
+  expect
+    .poll(async () => (await db().sql<{ free: boolean }[]>`
+      select pg_try_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${queue}, 0)) as free`)[0]?.free, { timeout: PATIENCE_MS })
+    .toBe(true);
+
 /** Enqueues a run that fails; once it has failed, its slot is free and a holder takes it. */
 async function failedBehindHolder(e: Engine, prefix: string) {
   const failed = { scope: 'acme', key: `${prefix}-failed` };
   const holder = { scope: 'acme', key: `${prefix}-holder` };
   const input = { id: failed.key };
   failing.add(failed.key);
+  await queueLockFree(single.name);
   const first = await e.enqueue(flaky, failed, input, { queue: single });
   expect(first).toMatchObject({ started: true, queued: false });
   await expect(first.result()).rejects.toThrow(/provider down/);
@@ -117,6 +129,7 @@ async function failedBehindHolder(e: Engine, prefix: string) {
   await e.sweep();
   expect(await status(db().sql, failed)).toMatchObject({ status: 'failed' });
 
+  await queueLockFree(single.name);
   const held = await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
   expect(held).toMatchObject({ started: true, queued: false });
   await expect.poll(async () => (await readIntervals(db().sql, holder.key)).length).toBe(1);
