@@ -82,11 +82,11 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
         return core.closing;
       },
       versions: () => core.versions(),
-      execute: (lease, own) =>
+      execute: (lease, own, fresh) =>
         core.runs.track(lease, () =>
           own
             ? core.runs.execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map(), deadlineAtMs: own.deadlineAtMs ?? null })
-            : core.runs.resumeOwned(lease),
+            : core.runs.resumeOwned(lease, fresh),
         ),
       onError: (error, context) => core.onError(error, context),
     },

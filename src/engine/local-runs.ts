@@ -24,7 +24,8 @@ import { executeRun, type Settled } from '../workflow/executor.js';
 import { settledFromRow } from '../workflow/outcomes.js';
 import { newRunState, type ChildStart, type RunState, type RunStateOptions } from '../workflow/run-state.js';
 import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
-import { loadRun, type LoadedRun } from '../workflow/sql/load-run.js';
+import { loadRun, loadedFresh, type LoadedRun } from '../workflow/sql/load-run.js';
+import type { FreshRun } from '../lifecycle/dispatch.js';
 import { summarise } from '../workflow/values.js';
 import { inDatabase, type EngineCore } from './core.js';
 import { idOf } from './options.js';
@@ -88,10 +89,10 @@ export class LocalRuns {
     return done;
   }
 
-  /** Loads a run this process just took over and executes it under its own version. */
-  async resumeOwned(lease: Lease): Promise<Settled> {
+  /** Loads a run this process just took over (`fresh`: a dispatch read it, nothing recorded) and executes it under its own version. */
+  async resumeOwned(lease: Lease, fresh?: FreshRun): Promise<Settled> {
     const { registry, deps, sql, clock } = this.#core;
-    const loaded = await inDatabase('loading a run', () => loadRun(sql, clock, lease));
+    const loaded = fresh ? loadedFresh(fresh) : await inDatabase('loading a run', () => loadRun(sql, clock, lease));
     if (!loaded) throw new StepkeyError('run_not_found', `Run '${lease.key}' in scope '${lease.scope}' has no metadata.`);
     const definition = registry.get(loaded.workflow, loaded.version);
     if (!definition) {

@@ -15,7 +15,7 @@ import { instrument } from '../telemetry/instrumentation.js';
 import { enqueueRun } from './enqueue.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
-import { dispatchedRuns, type DispatchedRun } from '../lifecycle/dispatch.js';
+import { dispatchedRuns, type DispatchedRun, type FreshRun } from '../lifecycle/dispatch.js';
 import type { Queryable } from '../db/connect.js';
 import type { SlotHandOff } from '../workflow/slot-handoff.js';
 
@@ -39,8 +39,8 @@ export interface DispatchHost {
   readonly activeRuns: number;
   readonly closing: boolean;
   versions(): Versions;
-  /** Executes `lease`'s run here (tracked like any other): `own`'s, or one loaded from the ledger. */
-  execute(lease: Lease, own?: OwnRun): Promise<Settled>;
+  /** Executes `lease`'s run here (tracked like any other): `own`'s, `fresh`'s as its dispatch read it, or one loaded from the ledger. */
+  execute(lease: Lease, own?: OwnRun, fresh?: FreshRun): Promise<Settled>;
   onError(error: unknown, context: string): void;
 }
 
@@ -130,7 +130,7 @@ export class Dispatcher implements SlotHandOff {
       const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
       this.#holding.set(id, queue);
       this.#host
-        .execute(lease, mine ? own : undefined)
+        .execute(lease, mine ? own : undefined, run.fresh)
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);

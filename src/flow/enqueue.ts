@@ -3,9 +3,10 @@
  * (waiting for a slot) and a dispatch of its queue, committed together.
  *
  *   BEGIN; claim (scope, key)
- *   the queue's lock if no one holds it; insert the entry; park the run
- *   (wait_kind 'slot'); the lock waited for if it was held and a slot seemed
- *   free; dispatch if the lock was taken; COMMIT
+ *   the queue's lock, waited for only if a slot seemed free; the entry —
+ *   holding a slot at once if the lock was taken, a slot is free and no run
+ *   is due in line before it (flow/sql/enqueue.ts); the park (wait_kind
+ *   'slot') unless it holds one; a dispatch if the lock was taken; COMMIT
  *
  * On one PostgreSQL all of it is one round trip (the claim sent first, the
  * entry and park written only if it inserted the run): a duplicate gets its
@@ -13,16 +14,14 @@
  * resumed, an expired key or lease) take one more round trip, claim first.
  *
  * The queue's lock is held only while the server runs that batch. An enqueue
- * that finds it held while every slot is taken commits its entry without it
- * (enqueues on a full queue do not wait for each other) and the queue is
- * dispatched right after; one that finds a slot free waits for the lock on
- * the server, so that its run starts at once. On Citus the dispatch takes
- * several statements, and an enqueue that finds the lock held never waits.
- *
- * When the queue has a free slot, the dispatch in that same transaction
- * starts the run (or, by the queue's order, another queued run), and this
- * process executes what it started: an enqueue that finds a slot free starts
- * its run at once, not at the next sweep.
+ * on a full queue does not take it (enqueues on a full queue commit side by
+ * side): the queue is dispatched after its commit, which first waits for
+ * whoever holds the lock and costs no transaction when nothing is to start.
+ * An enqueue that finds a slot free waits for the lock on the server, so
+ * that its run starts at once: its own slot granted in its entry, under its
+ * claim's lease — no park, no second start — or, when runs wait before it,
+ * by the dispatch in the same transaction, which starts them in the queue's
+ * order. This process executes what it started.
  *
  * The same ref again after its run failed resumes it: the claim's takeover
  * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
@@ -103,7 +102,10 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
-    const dispatched = batch.dispatched(answers);
+    // Its own run granted a slot at once by its entry (flow/sql/enqueue.ts): started under the claim's lease.
+    const atOnce = (answers[batch.statements.indexOf(entry[0]!)] as { holding: boolean }[] | undefined)?.[0]?.holding === true;
+    const own = atOnce && claim?.state === 'owned' ? [{ scope: request.ref.scope, key: request.ref.key, token: claiming.token, attempts: claim.attempts }] : [];
+    const dispatched = [...own, ...batch.dispatched(answers)];
     if (claim?.state !== 'owned') return { ...(claim ? { claim, requeued: false } : {}), dispatched };
     return { claim, dispatched, requeued: false, dispatchAfter: !batch.locked(answers) };
   } catch (error) {

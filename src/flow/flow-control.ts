@@ -11,7 +11,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, waitLockIfFreeStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, lockIfFreeStatement, worthDispatchingStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
@@ -139,20 +139,19 @@ export class FlowControl {
 
   /**
    * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
-   * queue's lock if no one holds it, the entry, the lock waited for only if a
-   * slot seemed free, and a dispatch that starts runs only if the lock was
-   * taken. `locked(answers)` says whether the lock was taken, `dispatched(answers)` what started.
+   * queue's lock if a slot seemed free (waited for on the server), the
+   * entry, and a dispatch that starts runs only if the lock was taken.
+   * `locked(answers)` says whether it was (if not, the queue is to be
+   * dispatched after the commit), `dispatched(answers)` what started.
    */
   enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
-    const [tryLock, dispatch] = this.handOffStatements(q, queue, limit, leaseMs, versions);
-    const [waitLock, rowLock] = waitLockIfFreeStatements(q, queue) as unknown as PendingRows[];
-    const statements = [tryLock!, ...entry, waitLock!, rowLock!, dispatch!];
-    const at = (statement: PendingRows | undefined) => statements.indexOf(statement!);
-    const rows = (answers: readonly unknown[], statement: PendingRows | undefined) => answers[at(statement)] as readonly unknown[];
+    const lock = lockIfFreeStatement(q, queue, this.plans) as unknown as PendingRows;
+    const dispatch = dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true });
+    const statements = [lock, ...entry, dispatch];
     return {
       statements,
-      locked: (answers: readonly unknown[]) => rows(answers, tryLock).length > 0 || rows(answers, waitLock).length > 0,
-      dispatched: (answers: readonly unknown[]) => dispatchedRuns(rows(answers, dispatch)),
+      locked: (answers: readonly unknown[]) => ((answers[0] as { name: string | null }[] | undefined)?.[0]?.name ?? null) !== null,
+      dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
     };
   }
 
@@ -170,6 +169,18 @@ export class FlowControl {
     ];
   }
 
+  /** Whether a run waits in `queue` while a slot seems free, once no transaction holds its lock (lifecycle/dispatch.ts). */
+  async #worthDispatching(queue: string): Promise<boolean> {
+    try {
+      const [barrier, check] = worthDispatchingStatements(this.#sql, queue);
+      await barrier;
+      const [row] = await check;
+      return row?.worth ?? false;
+    } catch (error) {
+      throw translateDatabaseError(error, 'dispatching queued runs');
+    }
+  }
+
   /**
    * Dispatches `queue` (or, skipping queues another process is dispatching,
    * every registered queue) up to `limit` runs. Returns the runs started,
@@ -183,6 +194,9 @@ export class FlowControl {
   ): Promise<{ queue: string; runs: DispatchedRun[] }[]> {
     if (limit <= 0 || !this.enabled) return [];
     await this.ready();
+    // One queue on one PostgreSQL: most dispatches after an end or an enqueue find nothing to start,
+    // and cost two statements then, no transaction.
+    if (queue && this.dispatchesInline && !(await this.#worthDispatching(queue))) return [{ queue, runs: [] }];
     const tx = await Transaction.begin(this.#sql, { acquireTimeoutMs: leaseMs });
     try {
       if (queue && this.dispatchesInline) {

@@ -31,17 +31,37 @@ export interface DispatchedRun {
   key: string;
   token: string;
   attempts: number;
+  /** A run started with nothing recorded yet (no step, no wait): what executing it needs, read in the dispatch (one PostgreSQL). */
+  fresh?: FreshRun;
+}
+
+/** A dispatched run that has recorded nothing: its row as a load would read it, without the load. */
+export interface FreshRun {
+  workflow: string;
+  version: number;
+  input: string;
+  attempts: number;
+  lastError: string | null;
+  rootKey: string | null;
+  parentRun: string | null;
+  traceContext: string | null;
+  deadlineAtMs: number | null;
+  /** stepkey's clock when it started (ms since the epoch). */
+  startedAtMs: number;
 }
 
 /**
- * A queue's lock is taken in two parts. Every dispatch and enqueue first
+ * A queue's lock is taken in two parts. Whoever may grant a slot first
  * takes a transaction-scoped advisory lock on the queue's name
- * (lockQueueStatement), which excludes the others and writes nothing.
- * Whoever then grants a slot or adds an entry also takes the queue row's lock
- * (lockQueueRowStatement), the one lock that earlier releases take, so
- * that it excludes them too during a rolling deploy. A dispatch that finds
- * nothing waiting takes only the advisory lock and commits without writing:
- * the dispatch after a run's end and a sweep of idle queues cost no WAL flush.
+ * (lockQueueStatement), which excludes the others and writes nothing, and
+ * then the queue row's lock (lockQueueRowStatement), the one lock that
+ * earlier releases take, so that it excludes them too during a rolling
+ * deploy. An entry may be added without either: whoever adds it without the
+ * lock dispatches the queue after its commit. A dispatch of one queue first
+ * waits for the lock's holder and looks, without a transaction
+ * (worthDispatchingStatements); one that finds nothing waiting takes only the
+ * advisory lock and commits without writing: the dispatch after a run's end
+ * and a sweep of idle queues cost no WAL flush.
  */
 
 /**
@@ -96,12 +116,12 @@ const seemsFree = (q: Queryable, queue: string) =>
   q`(select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency`;
 
 /**
- * An enqueue's lock, taken only if free: the queue's advisory lock and then
- * its row's, in one statement; an empty answer means another transaction is
- * dispatching or enqueuing on the queue. An enqueue that does not get it adds
- * its entry without dispatching (an entry waiting is never a slot granted),
- * and dispatches after its commit, waiting for the lock then — so that
- * concurrent enqueues commit side by side instead of one after another.
+ * A queued run's completion's lock (and on Citus an enqueue's), taken only
+ * if free: the queue's advisory lock and then its row's, in one statement;
+ * an empty answer means another transaction is dispatching or enqueuing on
+ * the queue. One that does not get it dispatches after its commit, waiting
+ * for the lock then (an entry waiting is never a slot granted) — so that
+ * concurrent ends and enqueues commit side by side instead of one after another.
  */
 export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
@@ -116,27 +136,44 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
 }
 
 /**
- * An enqueue's wait for the queue's lock, sent after tryLockQueueStatement
- * and the entry when the try did not take it: it waits (on the server) only
- * if the queue seemed to have a free slot — the enqueue then dispatches, and
- * its run starts at once — and otherwise lets the entry commit without the
- * lock, as enqueues on a full queue do side by side. Then the queue row's
- * lock, only if this transaction holds the advisory lock (advisory first,
- * then the row, in every transaction). Both note the queue in
- * stepkey.dispatching for the guarded dispatch after them.
+ * An enqueue's lock, in one statement sent after its claim: if the queue
+ * seemed to have a free slot, its advisory lock (waited for on the server)
+ * and then its row's — the enqueue then dispatches, and its run starts at
+ * once; otherwise none, and the entry commits without it, as enqueues on a
+ * full queue do side by side (the queue is dispatched after the commit).
+ * Always one row: `name` is the queue when locked (noted in
+ * stepkey.dispatching for the guarded dispatch after it), null when not.
  */
-export function waitLockIfFreeStatements(q: Queryable, queue: string) {
+export function lockIfFreeStatement(q: Queryable, queue: string, plans: Plans) {
+  return q<{ name: string | null }[]>`
+    select w.name
+      from ${planMode(q, plans)}
+      left join lateral (
+        select set_config('stepkey.dispatching', queues.name, true) as name
+          from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
+         where queues.name = ${queue} and ${seemsFree(q, queue)}
+           for update of queues
+      ) w on true`;
+}
+
+/**
+ * Whether `queue` is worth a dispatch: two statements, no transaction. The
+ * first waits until no transaction holds the queue's lock (a shared hold,
+ * released at once: a barrier), so that the second — its snapshot taken
+ * after — sees every entry and slot given back by whoever held it. An
+ * answer of false means no run waits in line while a slot is free; any
+ * change after the barrier is dispatched by whoever makes it (an entry
+ * added or a slot given back is always followed by a dispatch under the lock).
+ */
+export function worthDispatchingStatements(q: Queryable, queue: string) {
   return [
-    q`
-      with wanted as materialized (
-        select name from stepkey.queues
-         where name = ${queue}
-           and current_setting('stepkey.dispatching', true) is distinct from ${queue}::text
-           and ${seemsFree(q, queue)})
-      select set_config('stepkey.dispatching', name, true) as name
-        from wanted, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked`,
-    q`select name from stepkey.queues where name = ${queue} and current_setting('stepkey.dispatching', true) = ${queue}::text for update`,
-  ];
+    q`select 1 from stepkey.queues where name = ${queue}
+        and pg_advisory_xact_lock_shared(${queueLockKey(q, 'name')}) is not null`,
+    q<{ worth: boolean }[]>`
+      select exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed)
+             and ${seemsFree(q, queue)} as worth
+        from stepkey.queues where name = ${queue}`,
+  ] as const;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
@@ -191,7 +228,8 @@ export const queueOrder = (q: Queryable) => q`
   order by r.priority desc, r.rn, p.last_served_at asc nulls first, r.seq`;
 
 /** The rows of a dispatchStatement. */
-export const dispatchedRuns = (rows: readonly unknown[] | undefined): DispatchedRun[] => [...((rows ?? []) as DispatchedRun[])];
+export const dispatchedRuns = (rows: readonly unknown[] | undefined): DispatchedRun[] =>
+  ((rows ?? []) as (DispatchedRun & { fresh?: FreshRun | null })[]).map(({ fresh, ...run }) => (fresh ? { ...run, fresh } : run));
 
 /**
  * Starts up to `limit` queued runs of `queue` whose workflow version is in
@@ -293,7 +331,8 @@ export function dispatchStatement(
              ${startedRunSet(q, now, leaseMs)}
         from numbered k
        where l.scope = k.scope and l.key = k.key
-      returning l.scope, l.key, l.lease_token, l.attempts
+      returning l.scope, l.key, l.lease_token, l.attempts, l.name, l.version, l.input, l.last_error, l.root_key,
+                l.parent_run, l.trace_context, l.deadline_at, l.wait_kind
     ), granted as (
       update stepkey.queue_entries e
          set holding = true, granted_at = ${now}, granted_token = s.lease_token
@@ -309,5 +348,17 @@ export function dispatchStatement(
         from settings s
        where queues.name = ${queue} and s.rate_limit is not null and ${locked}
     )
-    select scope, key, lease_token::text as token, attempts from started`;
+    select s.scope, s.key, s.lease_token::text as token, s.attempts,
+           -- A run with nothing recorded (no step, no attempt, no wait of its own): what executing it
+           -- reads, so that it is not loaded again.
+           case when s.wait_kind is null
+                 and not exists (select 1 from stepkey.steps c where c.scope = s.scope and c.run_key = s.key)
+                 and not exists (select 1 from stepkey.step_attempts a where a.scope = s.scope and a.run_key = s.key)
+                then json_build_object(
+                  'workflow', s.name, 'version', s.version, 'input', s.input, 'attempts', s.attempts, 'lastError', s.last_error,
+                  'rootKey', s.root_key, 'parentRun', s.parent_run, 'traceContext', s.trace_context,
+                  'deadlineAtMs', (extract(epoch from s.deadline_at) * 1000)::float8,
+                  'startedAtMs', (extract(epoch from ${now}) * 1000)::float8)
+           end as fresh
+      from started s`;
 }

@@ -60,7 +60,13 @@ export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: Ru
              expires_at = null,
              updated_at = ${now}
        where scope = ${lease.scope} and key = ${lease.key}
-         and lease_token = ${lease.token}::uuid and status = 'in_progress'
+         and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
+  // An enqueue that granted its run a slot at once (flow/sql/enqueue.ts) leaves it executing under its claim's lease.
+  if (options.claimedHere) {
+    b.sql`
+         and not exists (select 1 from stepkey.queue_entries e where e.scope = ${lease.scope} and e.key = ${lease.key} and e.holding)`;
+  }
+  b.sql`
       returning scope, key
     )`;
   const holds = wait.kind !== 'slot';

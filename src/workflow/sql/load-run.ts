@@ -8,6 +8,7 @@ import type { Clock } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 import type { AttemptRecord } from '../effects/attempts.js';
 import { waitFromColumns, type RunWait, type WaitColumns } from '../../lifecycle/wait.js';
+import type { FreshRun } from '../../lifecycle/dispatch.js';
 
 export interface FinishedStep {
   ok: boolean;
@@ -115,5 +116,24 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
     trace: { context: first.trace_context, attempt: first.attempts },
     steps,
     stepAttempts,
+  };
+}
+
+/** A run a dispatch started with nothing recorded yet, as loadRun would have read it (no load needed). */
+export function loadedFresh(fresh: FreshRun): LoadedRun {
+  return {
+    workflow: fresh.workflow,
+    version: fresh.version,
+    input: fresh.input,
+    attempts: fresh.attempts,
+    lastError: fresh.lastError,
+    rootKey: fresh.rootKey,
+    wait: undefined,
+    loadedAtMs: fresh.startedAtMs,
+    deadlineAtMs: fresh.deadlineAtMs,
+    parentRun: fresh.parentRun,
+    trace: { context: fresh.traceContext, attempt: fresh.attempts },
+    steps: new Map(),
+    stepAttempts: new Map(),
   };
 }

@@ -1,0 +1,148 @@
+/**
+ * How a queued run gets its slot, with no sweep to fall back on: an enqueue
+ * that finds a slot free takes it in its own transaction — but never ahead
+ * of a run already due in line; an end and an enqueue that find the queue's
+ * lock held dispatch the queue once the lock is free; and a run a dispatch
+ * starts with nothing recorded executes from what the dispatch read (its
+ * input, its deadline) without being loaded again.
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineQueue } from '../../src/flow/define-queue.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import type { KeyRef } from '../../src/ledger/types.js';
+import type { Sql } from '../../src/db/connect.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { enginesShutAfterEach } from '../helpers/engine.js';
+import { gates, slotsHeld } from '../helpers/flow.js';
+import { uniqueKey } from '../helpers/ledger.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
+
+const db = useTestDatabase();
+const { gate, openAll } = gates();
+const engineFor = enginesShutAfterEach(db, openAll);
+
+/** The order runs reached their step in, and how many times each did. */
+const started: string[] = [];
+const executions = new Map<string, number>();
+
+const work = defineWorkflow({
+  name: 'flow-dispatch-work',
+  version: 1,
+  input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
+  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
+  async run({ input, steps }) {
+    await steps.work.call(async ({ signal }) => {
+      started.push(input.id);
+      executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
+      if (input.hold) {
+        await new Promise<void>((resolve, reject) => {
+          void gate(input.id).opened.then(resolve);
+          signal.addEventListener('abort', () => reject(signal.reason));
+        });
+      }
+    });
+    return { id: input.id };
+  },
+});
+
+/** A queue of one slot, a test's own, on an engine that never sweeps during the test: every start below is an enqueue's, an end's or a dispatch after them. */
+function setUp() {
+  const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency: 1 });
+  return { single, e: engineFor([work], { queues: [single], sweepIntervalMs: 3_600_000 }) };
+}
+const MINUTE = 60_000;
+
+const status = async (ref: KeyRef) =>
+  (await db().sql<{ status: string; wait_kind: string | null }[]>`select status, wait_kind from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
+
+/** Holds the queue's lock in a transaction of its own (as an enqueue or a dispatch in flight would) until `release`. */
+async function holdQueueLock(sql: Sql, queue: string) {
+  const holder = await sql.reserve();
+  await holder`begin`;
+  await holder`select pg_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${queue}, 0))`;
+  return async () => {
+    try {
+      await holder`commit`;
+    } finally {
+      holder.release();
+    }
+  };
+}
+
+/** Transactions waiting for an advisory lock now. */
+const lockWaiters = async () =>
+  (await db().sql<{ n: number }[]>`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted`)[0]!.n;
+
+describe('a queued run gets its slot', () => {
+  it('in its enqueue when one is free, but never ahead of a run due in line before it', async () => {
+    const { single, e } = setUp();
+    const [a, b, c] = ['a', 'b', 'c'].map((name) => ({ scope: 'acme', key: uniqueKey(`line-${name}`) }));
+    const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
+    expect(first).toMatchObject({ queued: false });
+    const second = await e.enqueue(work, b!, { id: b!.key }, { queue: single });
+    expect(second).toMatchObject({ queued: true });
+    // The first run ends while another transaction holds the queue's lock: its end cannot hand the
+    // slot to the second, whose dispatch waits for the lock; the slot is free meanwhile.
+    const release = await holdQueueLock(db().sql, single.name);
+    let third: Promise<{ queued: boolean }> | undefined;
+    try {
+      gate(a!.key).open();
+      expect(await first.result()).toEqual({ id: a!.key });
+      expect(await status(b!)).toMatchObject({ status: 'waiting', wait_kind: 'slot' });
+      // An enqueue now finds the slot free and waits for the lock, behind the end's dispatch.
+      third = e.enqueue(work, c!, { id: c!.key }, { queue: single });
+      await expect.poll(lockWaiters, { timeout: PATIENCE_MS }).toBeGreaterThanOrEqual(2);
+    } finally {
+      await release();
+    }
+    const enqueued = await third!;
+    expect(enqueued).toMatchObject({ queued: true });
+    expect(await second.result()).toEqual({ id: b!.key });
+    expect(await (enqueued as unknown as { result(): Promise<unknown> }).result()).toEqual({ id: c!.key });
+    expect(started.filter((id) => [a!.key, b!.key, c!.key].includes(id))).toEqual([a!.key, b!.key, c!.key]);
+    expect([a, b, c].map((ref) => executions.get(ref!.key))).toEqual([1, 1, 1]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from an end and an enqueue that found the queue’s lock held, once it is free', async () => {
+    const { single, e } = setUp();
+    const [a, b] = ['a', 'b'].map((name) => ({ scope: 'acme', key: uniqueKey(`held-${name}`) }));
+    const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
+    const release = await holdQueueLock(db().sql, single.name);
+    let second: Awaited<ReturnType<typeof e.enqueue>> | undefined;
+    try {
+      // The queue is full: this enqueue does not wait for the lock; its entry commits, its dispatch waits.
+      second = await e.enqueue(work, b!, { id: b!.key }, { queue: single });
+      expect(second).toMatchObject({ queued: true });
+      // The first run's end finds the lock held too: its slot is given back, its dispatch waits.
+      gate(a!.key).open();
+      expect(await first.result()).toEqual({ id: a!.key });
+      expect(await status(b!)).toMatchObject({ status: 'waiting', wait_kind: 'slot' });
+      expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 1 });
+    } finally {
+      await release();
+    }
+    expect(await second!.result()).toEqual({ id: b!.key });
+    expect(executions.get(b!.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from a dispatch that read the run: its input, and its deadline ends it while it executes', async () => {
+    const { single, e } = setUp();
+    const [a, b] = ['a', 'b'].map((name) => ({ scope: 'acme', key: uniqueKey(`fresh-${name}`) }));
+    const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
+    const second = await e.enqueue(work, b!, { id: b!.key, hold: true }, { queue: single, deadline: MINUTE });
+    expect(second).toMatchObject({ queued: true });
+    // The first run's end hands its slot over: the second starts from what that dispatch read.
+    gate(a!.key).open();
+    expect(await first.result()).toEqual({ id: a!.key });
+    await expect.poll(() => started.includes(b!.key), { timeout: PATIENCE_MS }).toBe(true);
+    expect(await status(b!)).toMatchObject({ status: 'in_progress' });
+    // Past its deadline, with no sweep: the executing process ends it.
+    e.clock.advance(MINUTE + 1_000);
+    await expect.poll(async () => (await status(b!))?.status, { timeout: PATIENCE_MS }).toBe('deadline_exceeded');
+    expect(executions.get(b!.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+});
