@@ -88,14 +88,16 @@ export class Dispatcher implements SlotHandOff {
       capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
       versions: host.versions(),
     });
+    const own = claim.state === 'owned' && !claim.resumed;
+    if (own) instrument.runStarted(definition);
+    // What the enqueue's transaction started is executed here, whatever its claim answered (a
+    // duplicate's or a mismatch's batch may have dispatched other runs of the queue).
+    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
+    if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     if (claim.state === 'owned' && claim.resumed) {
       host.execute(claim.lease).catch(() => {});
     }
-    const own = claim.state === 'owned' && !claim.resumed;
-    if (own) instrument.runStarted(definition);
-    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
-    if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue);
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
   }

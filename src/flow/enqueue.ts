@@ -1,27 +1,26 @@
 /**
- * engine.enqueue's transaction: the run's claim, its queue entry, its park
- * (waiting for a slot) and a dispatch of its queue, committed together.
+ * engine.enqueue's transaction: the run's claim, its queue entry and its park
+ * (waiting for a slot), committed together.
  *
  *   BEGIN; claim (scope, key)
  *   the queue's lock, waited for only if a slot seemed free; the entry —
  *   holding a slot at once if the lock was taken, a slot is free and no run
  *   is due in line before it (flow/sql/enqueue.ts); the park (wait_kind
- *   'slot') unless it holds one; a dispatch if the lock was taken; COMMIT
+ *   'slot') unless it holds one; COMMIT
  *
  * On one PostgreSQL all of it is one round trip (the claim sent first, the
  * entry and park written only if it inserted the run): a duplicate gets its
  * answer from it, nothing more written; a claim's rare paths (a failed run
  * resumed, an expired key or lease) take one more round trip, claim first.
  *
- * The queue's lock is held only while the server runs that batch. An enqueue
- * on a full queue does not take it (enqueues on a full queue commit side by
- * side): the queue is dispatched after its commit, which first waits for
- * whoever holds the lock and costs no transaction when nothing is to start.
- * An enqueue that finds a slot free waits for the lock on the server, so
- * that its run starts at once: its own slot granted in its entry, under its
- * claim's lease — no park, no second start — or, when runs wait before it,
- * by the dispatch in the same transaction, which starts them in the queue's
- * order. This process executes what it started.
+ * The queue's lock is held only while the server runs that batch, and only
+ * by an enqueue that finds a slot free: it waits for the lock on the server,
+ * so that its run starts at once — its slot granted in its entry, under its
+ * claim's lease (no park, no second start). Enqueues on a full queue take no
+ * lock and commit side by side. A run that did not get its slot at once has
+ * its queue dispatched after the commit, by this process (Dispatcher), which
+ * first waits for whoever holds the lock and costs no transaction when
+ * nothing is to start.
  *
  * The same ref again after its run failed resumes it: the claim's takeover
  * parks it waiting for a slot instead (ledger/sql/takeover.ts), and the
@@ -34,10 +33,10 @@
 import type postgres from 'postgres';
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { Transaction } from '../db/transaction.js';
+import { Transaction, type TxSql } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { claimRun, runClaimStatement } from '../lifecycle/claim.js';
-import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
+import type { ClaimRequest, ClaimResult, KeyRef, Lease } from '../ledger/types.js';
 import { parkStatement } from '../lifecycle/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import { slotWait } from '../lifecycle/slot-wait.js';
@@ -68,7 +67,7 @@ export type Enqueued = {
   dispatched: DispatchedRun[];
   /** The claim resumed a failed run: it is back in line for a slot. */
   requeued: boolean;
-  /** The entry was added without the queue's lock: its queue is to be dispatched now. */
+  /** The run did not get its slot at once: its queue is to be dispatched now (after the commit). */
   dispatchAfter?: boolean;
 };
 
@@ -76,38 +75,28 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
   const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
-  if (first?.claim) return first as Enqueued;
-  const enqueued = await enqueueClaimed(sql, clock, flow, request);
-  return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
+  return first ?? enqueueClaimed(sql, clock, flow, request);
 }
 
 /**
- * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, then the
- * batch of the claimed path below (its entry and park written only if the
+ * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, the
+ * queue's lock if a slot seemed free, the entry and park (written only if the
  * claim inserted the run), COMMIT. A new run, a replay, a run in progress or
  * parked and a mismatch are answered here. For the rest — a failed run to
- * resume, an expired key or lease — nothing of the run was written, and the
- * claimed path follows, with what this batch's dispatch started meanwhile
- * (this process's to execute).
+ * resume, an expired key or lease — nothing was written but the lock, and
+ * the claimed path follows (undefined).
  */
-async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Partial<Enqueued> & { dispatched: DispatchedRun[] }> {
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     const lease = { ...request.ref, token: claiming.token };
-    const entry = [
-      insertEntryStatement(tx.sql, clock, request.ref, request.entry, lease.token),
-      parkStatement(tx.sql, clock, lease, slotWait(request.entry.queue), { claimedHere: true }),
-    ];
-    const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
+    const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
-    // Its own run granted a slot at once by its entry (flow/sql/enqueue.ts): started under the claim's lease.
-    const atOnce = (answers[batch.statements.indexOf(entry[0]!)] as { holding: boolean }[] | undefined)?.[0]?.holding === true;
-    const own = atOnce && claim?.state === 'owned' ? [{ scope: request.ref.scope, key: request.ref.key, token: claiming.token, attempts: claim.attempts }] : [];
-    const dispatched = [...own, ...batch.dispatched(answers)];
-    if (claim?.state !== 'owned') return { ...(claim ? { claim, requeued: false } : {}), dispatched };
-    return { claim, dispatched, requeued: false, dispatchAfter: !batch.locked(answers) };
+    if (!claim) return undefined;
+    if (claim.state !== 'owned') return { claim, dispatched: batch.dispatched(answers), requeued: false };
+    return { claim, requeued: false, ...started(request, claim, batch, answers) };
   } catch (error) {
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
@@ -130,18 +119,16 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
       else tx.abandon();
       return { claim, dispatched: [], requeued: false };
     }
+    if (flow.dispatchesInline) {
+      // The lock, entry, park and dispatch in one round trip, as in the pipelined path.
+      const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, claim.lease), request.capacity, request.leaseMs, request.versions);
+      const answers = await tx.commit(...batch.statements);
+      return { claim, requeued: false, ...started(request, claim, batch, answers) };
+    }
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
       parkStatement(tx.sql, clock, claim.lease, slotWait(request.entry.queue)),
     ] as const;
-    if (flow.dispatchesInline) {
-      // One round trip (FlowControl.enqueueStatements), the queue's lock held only while the server
-      // runs it: taken if free; else waited for if a slot seemed free; else the entry commits without
-      // it, and the queue is dispatched after the commit.
-      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions);
-      const answers = await tx.commit(...batch.statements);
-      return { claim, dispatched: batch.dispatched(answers), requeued: false, dispatchAfter: !batch.locked(answers) };
-    }
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
@@ -156,6 +143,35 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
+}
+
+/**
+ * An enqueue's entry and park (one PostgreSQL), sent after its claim and the
+ * queue's lock: written only for the run claimed under `lease` in this
+ * transaction; the entry holding its slot at once when it may, the park only if not.
+ */
+function entryStatements(q: TxSql, clock: Clock, request: EnqueueRequest, lease: Lease) {
+  return [
+    insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>,
+    parkStatement(q, clock, lease, slotWait(request.entry.queue), { claimedHere: true }),
+  ];
+}
+
+/**
+ * What an enqueue's batch (FlowControl.enqueueStatements, its entry's answer
+ * second) started: its own run, if its entry took a free slot at once (it
+ * executes under the claim's lease), and what its dispatch started. Without
+ * the queue's lock, its queue is to be dispatched after the commit.
+ */
+function started(
+  request: EnqueueRequest,
+  claim: { lease: Lease; attempts: number },
+  batch: { locked(answers: readonly unknown[]): boolean; dispatched(answers: readonly unknown[]): DispatchedRun[] },
+  answers: readonly unknown[],
+): { dispatched: DispatchedRun[]; dispatchAfter: boolean } {
+  const [entry] = (answers[1] ?? []) as { holding: boolean }[];
+  const own = entry?.holding === true ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
+  return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: !batch.locked(answers) };
 }
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */

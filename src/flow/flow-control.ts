@@ -11,6 +11,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
+import type { KeyRef } from '../ledger/types.js';
 import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, lockIfFreeStatement, worthDispatchingStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
@@ -139,18 +140,22 @@ export class FlowControl {
 
   /**
    * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
-   * queue's lock if a slot seemed free (waited for on the server), the
-   * entry, and a dispatch that starts runs only if the lock was taken.
-   * `locked(answers)` says whether it was (if not, the queue is to be
-   * dispatched after the commit), `dispatched(answers)` what started.
+   * queue's lock, waited for only if a slot seemed free; the entry, which
+   * may then take a free slot at once (flow/sql/enqueue.ts); and a dispatch
+   * that starts runs only if the lock was taken and the entry took none
+   * (runs waited before it). `locked(answers)` says whether the lock was
+   * taken (if not, the queue is to be dispatched after the commit),
+   * `dispatched(answers)` what the dispatch started.
    */
-  enqueueStatements(q: Queryable, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
-    const lock = lockIfFreeStatement(q, queue, this.plans) as unknown as PendingRows;
-    const dispatch = dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true });
-    const statements = [lock, ...entry, dispatch];
+  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
+    const statements = [
+      lockIfFreeStatement(q, queue) as unknown as PendingRows,
+      ...entry,
+      dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref }),
+    ];
     return {
       statements,
-      locked: (answers: readonly unknown[]) => ((answers[0] as { name: string | null }[] | undefined)?.[0]?.name ?? null) !== null,
+      locked: (answers: readonly unknown[]) => ((answers[0] ?? []) as readonly unknown[]).length > 0,
       dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
     };
   }

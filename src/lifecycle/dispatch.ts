@@ -25,6 +25,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow, sqlStatementNow } from '../db/clock.js';
+import type { KeyRef } from '../ledger/types.js';
 
 export interface DispatchedRun {
   scope: string;
@@ -138,22 +139,17 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
 /**
  * An enqueue's lock, in one statement sent after its claim: if the queue
  * seemed to have a free slot, its advisory lock (waited for on the server)
- * and then its row's — the enqueue then dispatches, and its run starts at
- * once; otherwise none, and the entry commits without it, as enqueues on a
- * full queue do side by side (the queue is dispatched after the commit).
- * Always one row: `name` is the queue when locked (noted in
- * stepkey.dispatching for the guarded dispatch after it), null when not.
+ * and then its row's, noted in stepkey.dispatching for the entry after it,
+ * which may then take a free slot at once (flow/sql/enqueue.ts); otherwise
+ * none, and the entry commits without it, as enqueues on a full queue do
+ * side by side (the queue is dispatched after the commit).
  */
-export function lockIfFreeStatement(q: Queryable, queue: string, plans: Plans) {
-  return q<{ name: string | null }[]>`
-    select w.name
-      from ${planMode(q, plans)}
-      left join lateral (
-        select set_config('stepkey.dispatching', queues.name, true) as name
-          from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
-         where queues.name = ${queue} and ${seemsFree(q, queue)}
-           for update of queues
-      ) w on true`;
+export function lockIfFreeStatement(q: Queryable, queue: string) {
+  return q<{ name: string }[]>`
+    select set_config('stepkey.dispatching', queues.name, true) as name
+      from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
+     where queues.name = ${queue} and ${seemsFree(q, queue)}
+       for update of queues`;
 }
 
 /**
@@ -242,7 +238,7 @@ export function dispatchStatement(
   limit: number,
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
-  options: { guarded?: boolean } = {},
+  options: { guarded?: boolean; unlessGranted?: KeyRef } = {},
 ) {
   // The statement's time: a dispatch riding a completion late in a long transaction sees the runs enqueued meanwhile.
   const now = sqlStatementNow(q, clock);
@@ -251,8 +247,14 @@ export function dispatchStatement(
   // Guarded: sent in a pipeline after the statement that notes the queue in stepkey.dispatching
   // (lockQueueRowStatement when a run waits, tryLockQueueStatement when it took the lock), it starts
   // nothing and writes nothing unless that statement did (its own snapshot, taken after, sees every grant).
+  // `unlessGranted`: an enqueue's run whose entry took a free slot at once (flow/sql/enqueue.ts) —
+  // no run waited before it, so there is nothing more to start.
+  const granted = options.unlessGranted
+    ? q`and not exists (select 1 from stepkey.queue_entries g
+                         where g.scope = ${options.unlessGranted.scope} and g.key = ${options.unlessGranted.key} and g.holding)`
+    : q``;
   const locked = options.guarded
-    ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text`
+    ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text ${granted}`
     : q`true`;
   return q`
     with recursive queued_partitions(partition) as (

@@ -145,4 +145,17 @@ describe('a queued run gets its slot', () => {
     expect(executions.get(b!.key)).toBe(1);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
+
+  it('from a duplicate’s enqueue — a mismatch here — whose batch found a slot free: the run it started executes here', async () => {
+    const { single, e } = setUp();
+    const ref = { scope: 'acme', key: uniqueKey('mismatch') };
+    const delayed = await e.enqueue(work, ref, { id: ref.key }, { queue: single, delayMs: MINUTE });
+    expect(delayed).toMatchObject({ queued: true });
+    // Due now, a slot free, and no sweep: the next enqueue that takes the queue's lock starts it.
+    e.clock.advance(MINUTE + 1_000);
+    await expect(e.enqueue(work, ref, { id: 'another input' }, { queue: single })).rejects.toMatchObject({ code: 'mismatch' });
+    expect(await delayed.result()).toEqual({ id: ref.key });
+    expect(executions.get(ref.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
 });
