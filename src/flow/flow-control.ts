@@ -149,13 +149,13 @@ export class FlowControl {
    */
   enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
     const statements = [
-      lockIfFreeStatement(q, queue) as unknown as PendingRows,
+      lockIfFreeStatement(q, queue, this.plans) as unknown as PendingRows,
       ...entry,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref }),
     ];
     return {
       statements,
-      locked: (answers: readonly unknown[]) => ((answers[0] ?? []) as readonly unknown[]).length > 0,
+      locked: (answers: readonly unknown[]) => ((answers[0] as { name: string | null }[] | undefined)?.[0]?.name ?? null) !== null,
       dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
     };
   }

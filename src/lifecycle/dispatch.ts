@@ -140,16 +140,22 @@ export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans)
  * An enqueue's lock, in one statement sent after its claim: if the queue
  * seemed to have a free slot, its advisory lock (waited for on the server)
  * and then its row's, noted in stepkey.dispatching for the entry after it,
- * which may then take a free slot at once (flow/sql/enqueue.ts); otherwise
- * none, and the entry commits without it, as enqueues on a full queue do
- * side by side (the queue is dispatched after the commit).
+ * which may then take a free slot at once (flow/sql/enqueue.ts), and for the
+ * guarded dispatch after that; otherwise none, and the entry commits without
+ * it, as enqueues on a full queue do side by side (the queue is dispatched
+ * after the commit). Always one row — `name` null when not locked — so that
+ * the plan mode (Plans) is set either way.
  */
-export function lockIfFreeStatement(q: Queryable, queue: string) {
-  return q<{ name: string }[]>`
-    select set_config('stepkey.dispatching', queues.name, true) as name
-      from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
-     where queues.name = ${queue} and ${seemsFree(q, queue)}
-       for update of queues`;
+export function lockIfFreeStatement(q: Queryable, queue: string, plans: Plans) {
+  return q<{ name: string | null }[]>`
+    select w.name
+      from ${planMode(q, plans)}
+      left join lateral (
+        select set_config('stepkey.dispatching', queues.name, true) as name
+          from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
+         where queues.name = ${queue} and ${seemsFree(q, queue)}
+           for update of queues
+      ) w on true`;
 }
 
 /**
