@@ -15,7 +15,7 @@ import type { StoredError } from '../ledger/outcome.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { RunStatusName } from '../read/run-status.js';
 import { endTreeIn } from '../lifecycle/tree.js';
-import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
+import { inTransactionRetryingDeadlock } from '../db/retrying-transaction.js';
 import { assertActionBy, insertAuditStatement, type ActionBy } from './sql/audit.js';
 import { runBefore } from './sql/run-before.js';
 

@@ -23,7 +23,7 @@ import { isUnavailable, type StopReason } from '../workflow/errors.js';
 import { executeRun, type Settled } from '../workflow/executor.js';
 import { settledFromRow } from '../workflow/outcomes.js';
 import { newRunState, type ChildStart, type RunState, type RunStateOptions } from '../workflow/run-state.js';
-import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
+import { inTransactionRetryingDeadlock } from '../db/retrying-transaction.js';
 import { loadRun, loadedFresh, type LoadedRun } from '../workflow/sql/load-run.js';
 import type { FreshRun } from '../lifecycle/dispatch.js';
 import { summarise } from '../workflow/values.js';

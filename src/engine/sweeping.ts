@@ -19,7 +19,7 @@ import { endTreeIn } from '../lifecycle/tree.js';
 import { instrument } from '../telemetry/instrumentation.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import { tablesDistributed } from '../db/citus.js';
-import { inTransactionRetryingDeadlock } from '../workflow/retrying-transaction.js';
+import { inTransactionRetryingDeadlock } from '../db/retrying-transaction.js';
 import { inDatabase, type EngineCore } from './core.js';
 
 /** Runs past their deadline one sweep ends at most. */

@@ -126,7 +126,7 @@ export function endTreeStatement(q: Queryable, clock: Clock, ref: KeyRef, end: T
  * Ends the tree (see above) inside the caller's transaction; never commits.
  * The caller opens one of its own when it has none, retrying it on a
  * deadlock: a child finishing at the same moment locks itself, then its
- * parent, while this locks down the tree (workflow/retrying-transaction.ts).
+ * parent, while this locks down the tree (db/retrying-transaction.ts).
  */
 export async function endTreeIn(
   tx: TxSql,

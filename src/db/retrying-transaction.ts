@@ -8,11 +8,10 @@
  *
  * The lifecycle's transitions never commit on their own: the callers that
  * need one alone (the sweeper, a run's own process, an operator's cancel)
- * open it here. In the workflow layer, the lowest that both the engine and
- * the operator actions may import and that is not the database layer itself.
+ * open it here, in the database layer beside the transaction it retries.
  */
-import type { Sql } from '../db/connect.js';
-import { inTransaction, type TxSql } from '../db/transaction.js';
+import type { Sql } from './connect.js';
+import { inTransaction, type TxSql } from './transaction.js';
 import { isTransientConflict } from '../errors/pg-errors.js';
 
 export async function inTransactionRetryingDeadlock<T>(sql: Sql, work: (tx: TxSql) => Promise<T>, attempts = 3): Promise<T> {
