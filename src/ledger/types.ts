@@ -99,3 +99,18 @@ export interface OutcomeToStore {
   body: string;
   code?: number | null;
 }
+
+/** A run's own columns as executing it reads them: by a load (workflow/sql/load-run.ts), or by the dispatch that started it. */
+export interface RunColumns {
+  workflow: string;
+  version: number;
+  input: string;
+  attempts: number;
+  lastError: string | null;
+  /** The stored root of its step keys (null on runs from before roots were stored). */
+  rootKey: string | null;
+  /** A child run's parent (its key in the same scope). */
+  parentRun: string | null;
+  /** Its deadline (ms since the epoch, stepkey's clock), or null. */
+  deadlineAtMs: number | null;
+}

@@ -25,7 +25,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow, sqlStatementNow } from '../db/clock.js';
-import type { KeyRef } from '../ledger/types.js';
+import type { KeyRef, RunColumns } from '../ledger/types.js';
 
 export interface DispatchedRun {
   scope: string;
@@ -37,16 +37,8 @@ export interface DispatchedRun {
 }
 
 /** A dispatched run that has recorded nothing: its row as a load would read it, without the load. */
-export interface FreshRun {
-  workflow: string;
-  version: number;
-  input: string;
-  attempts: number;
-  lastError: string | null;
-  rootKey: string | null;
-  parentRun: string | null;
+export interface FreshRun extends RunColumns {
   traceContext: string | null;
-  deadlineAtMs: number | null;
   /** stepkey's clock when it started (ms since the epoch). */
   startedAtMs: number;
 }

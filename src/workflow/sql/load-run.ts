@@ -5,7 +5,7 @@
  */
 import type { Queryable } from '../../db/connect.js';
 import type { Clock } from '../../db/clock.js';
-import type { KeyRef } from '../../ledger/types.js';
+import type { KeyRef, RunColumns } from '../../ledger/types.js';
 import type { AttemptRecord } from '../effects/attempts.js';
 import { waitFromColumns, type RunWait, type WaitColumns } from '../../lifecycle/wait.js';
 import type { FreshRun } from '../../lifecycle/dispatch.js';
@@ -18,22 +18,11 @@ export interface FinishedStep {
   seq?: number | null;
 }
 
-export interface LoadedRun {
-  workflow: string;
-  version: number;
-  input: string;
-  attempts: number;
-  lastError: string | null;
-  /** The stored root of its step keys (null on runs from before roots were stored). */
-  rootKey: string | null;
+export interface LoadedRun extends RunColumns {
   /** The wait it was parked in (or is being woken from), if any. */
   wait: RunWait | undefined;
   /** stepkey's clock (ms since the epoch) when it was loaded: a wait due by then is over. */
   loadedAtMs: number;
-  /** A child run's parent (its key in the same scope). */
-  parentRun: string | null;
-  /** Its deadline (ms since the epoch, stepkey's clock), or null. */
-  deadlineAtMs: number | null;
   /** What its later executions' spans continue: the stored trace context and the run's attempt. */
   trace: RunTrace;
   /** Finished steps by their instance name (`name` or `name[id]`). */
