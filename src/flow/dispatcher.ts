@@ -60,8 +60,8 @@ const idOf = (ref: KeyRef) => `${ref.scope}\u001f${ref.key}`;
 export class Dispatcher implements SlotHandOff {
   readonly #host: DispatchHost;
   readonly #flow: FlowControl;
-  /** Queues ('' for all) with a dispatch in flight from here: -1, or asked for again (with the runs freeing room then). */
-  readonly #dispatching = new Map<string, number>();
+  /** Queues ('' for all) with a dispatch in flight from here: undefined, or what it was asked for again with (dispatchAfterEnd). */
+  readonly #dispatching = new Map<string, { freeing: number; owed: boolean } | undefined>();
   /** Runs executing here that a dispatch started: the queue whose slot each holds. */
   readonly #holding = new Map<string, string>();
   /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
@@ -93,7 +93,7 @@ export class Dispatcher implements SlotHandOff {
     // What the enqueue's transaction started is executed here, whatever its claim answered (a
     // duplicate's or a mismatch's batch may have dispatched other runs of the queue).
     this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
-    if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue);
+    if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     if (claim.state === 'owned' && claim.resumed) {
       host.execute(claim.lease).catch(() => {});
@@ -136,7 +136,7 @@ export class Dispatcher implements SlotHandOff {
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);
-          if (!this.#handedOver.delete(id)) this.dispatchAfterEnd(queue);
+          if (!this.#handedOver.delete(id)) this.dispatchAfterEnd(queue, 0, true);
         });
     }
   }
@@ -166,20 +166,25 @@ export class Dispatcher implements SlotHandOff {
    * process: a request while one is in flight makes it run once more when it
    * ends (its snapshot may predate what the request was for), so that many
    * ends and enqueues at once cost one waiter on the lock, not one each.
+   * `freeing`: runs of this process about to end that still count as active
+   * (a parent parking for the child it just queued). `owed`: this process
+   * added an entry without the lock or gave a slot back without handing it
+   * over — no other process will dispatch for it, so the dispatch happens
+   * even with no room here, and may start one run (as an enqueue may).
    */
-  dispatchAfterEnd(queue?: string, freeing = 0): void {
+  dispatchAfterEnd(queue?: string, freeing = 0, owed = false): void {
     const host = this.#host;
     if (host.closing || !this.#flow.enabled) return;
     const id = queue ?? '';
-    const asked = this.#dispatching.get(id);
-    if (asked !== undefined) {
-      this.#dispatching.set(id, Math.max(asked, freeing));
+    if (this.#dispatching.has(id)) {
+      const asked = this.#dispatching.get(id);
+      this.#dispatching.set(id, { freeing: Math.max(asked?.freeing ?? 0, freeing), owed: (asked?.owed ?? false) || owed });
       return;
     }
-    // `freeing`: runs of this process about to end that still count as active (a parent parking for the child it just queued).
-    const capacity = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
+    const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
+    const capacity = owed ? Math.max(1, room) : room;
     if (capacity <= 0) return;
-    this.#dispatching.set(id, -1);
+    this.#dispatching.set(id, undefined);
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
@@ -187,9 +192,9 @@ export class Dispatcher implements SlotHandOff {
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
-        const again = this.#dispatching.get(id) ?? -1;
+        const again = this.#dispatching.get(id);
         this.#dispatching.delete(id);
-        if (again >= 0) this.dispatchAfterEnd(queue, again);
+        if (again) this.dispatchAfterEnd(queue, again.freeing, again.owed);
       });
   }
 

@@ -75,7 +75,10 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
   const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
-  return first ?? enqueueClaimed(sql, clock, flow, request);
+  if (first && 'claim' in first) return first as Enqueued;
+  const enqueued = await enqueueClaimed(sql, clock, flow, request);
+  // What the first batch's dispatch started meanwhile is this process's to execute too.
+  return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
 }
 
 /**
@@ -83,10 +86,11 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
  * queue's lock if a slot seemed free, the entry and park (written only if the
  * claim inserted the run), COMMIT. A new run, a replay, a run in progress or
  * parked and a mismatch are answered here. For the rest — a failed run to
- * resume, an expired key or lease — nothing was written but the lock, and
- * the claimed path follows (undefined).
+ * resume, an expired key or lease — no entry was written, and the claimed
+ * path follows, with what this batch's dispatch started (the lock may have
+ * been taken, and runs waiting in line started).
  */
-async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | { dispatched: DispatchedRun[] }> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
@@ -94,7 +98,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
-    if (!claim) return undefined;
+    if (!claim) return { dispatched: batch.dispatched(answers) };
     if (claim.state !== 'owned') return { claim, dispatched: batch.dispatched(answers), requeued: false };
     return { claim, requeued: false, ...started(request, claim, batch, answers) };
   } catch (error) {

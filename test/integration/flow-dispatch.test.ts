@@ -25,32 +25,42 @@ const engineFor = enginesShutAfterEach(db, openAll);
 /** The order runs reached their step in, and how many times each did. */
 const started: string[] = [];
 const executions = new Map<string, number>();
+/** Runs whose step throws the first time it is reached (the run fails: one attempt). */
+const failOnce = new Set<string>();
 
-const work = defineWorkflow({
-  name: 'flow-dispatch-work',
-  version: 1,
-  input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
-  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
-  async run({ input, steps }) {
-    await steps.work.call(async ({ signal }) => {
-      started.push(input.id);
-      executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
-      if (input.hold) {
-        await new Promise<void>((resolve, reject) => {
-          void gate(input.id).opened.then(resolve);
-          signal.addEventListener('abort', () => reject(signal.reason));
-        });
-      }
-    });
-    return { id: input.id };
-  },
-});
+/** A one-step workflow named `name`: its step fails once if asked (failOnce), or waits at its gate (hold). */
+const gatedWorkflow = <Name extends string>(name: Name) =>
+  defineWorkflow({
+    name,
+    version: 1,
+    input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
+    steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
+    async run({ input, steps }) {
+      await steps.work.call(async ({ signal }) => {
+        started.push(input.id);
+        executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
+        if (failOnce.delete(input.id)) throw new Error('fails the first time');
+        if (input.hold) {
+          await new Promise<void>((resolve, reject) => {
+            void gate(input.id).opened.then(resolve);
+            signal.addEventListener('abort', () => reject(signal.reason));
+          });
+        }
+      });
+      return { id: input.id };
+    },
+  });
 
-/** A queue of one slot, a test's own, on an engine that never sweeps during the test: every start below is an enqueue's, an end's or a dispatch after them. */
-function setUp() {
-  const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency: 1 });
-  return { single, e: engineFor([work], { queues: [single], sweepIntervalMs: 3_600_000 }) };
+const work = gatedWorkflow('flow-dispatch-work');
+/** The same step in a workflow of its own: a process that registers only one of the two cannot start the other's runs. */
+const other = gatedWorkflow('flow-dispatch-other');
+
+/** A queue of one slot (or `concurrency`), a test's own, on an engine that never sweeps during the test: every start below is an enqueue's, an end's or a dispatch after them. */
+function setUp(concurrency = 1) {
+  const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency });
+  return { single, e: engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP }) };
 }
+const NO_SWEEP = 3_600_000;
 const MINUTE = 60_000;
 
 const status = async (ref: KeyRef) =>
@@ -156,6 +166,55 @@ describe('a queued run gets its slot', () => {
     await expect(e.enqueue(work, ref, { id: 'another input' }, { queue: single })).rejects.toMatchObject({ code: 'mismatch' });
     expect(await delayed.result()).toEqual({ id: ref.key });
     expect(executions.get(ref.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from a resume’s enqueue whose first batch found a slot free and started a run due in line: that run executes here too', async () => {
+    const { single, e } = setUp(2);
+    const failed = { scope: 'acme', key: uniqueKey('resumed') };
+    const due = { scope: 'acme', key: uniqueKey('due') };
+    failOnce.add(failed.key);
+    const first = await e.enqueue(work, failed, { id: failed.key }, { queue: single });
+    await expect(first.result()).rejects.toThrow();
+    const delayed = await e.enqueue(work, due, { id: due.key }, { queue: single, delayMs: MINUTE });
+    expect(delayed).toMatchObject({ queued: true });
+    // Due now, and no sweep: the resume's first batch takes the lock and starts it; the resume follows.
+    e.clock.advance(MINUTE + 1_000);
+    const resumed = await e.enqueue(work, failed, { id: failed.key }, { queue: single });
+    expect(resumed).toMatchObject({ requeued: true });
+    expect(await delayed.result()).toEqual({ id: due.key });
+    expect(await resumed.result()).toEqual({ id: failed.key });
+    expect([executions.get(due.key), executions.get(failed.key)]).toEqual([1, 2]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from an enqueue on a full queue by a process with no room left, when the slot comes free in a process that cannot run it', async () => {
+    const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency: 1 });
+    // The other process runs only the other workflow; this one has room for one run, taken below.
+    const elsewhere = engineFor([other], { queues: [single], sweepIntervalMs: NO_SWEEP });
+    const here = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP, maxConcurrentRuns: 1 });
+    const [holder, busy, queued] = ['holder', 'busy', 'queued'].map((name) => ({ scope: 'acme', key: uniqueKey(`room-${name}`) }));
+    const holding = await elsewhere.enqueue(other, holder!, { id: holder!.key, hold: true }, { queue: single });
+    expect(holding).toMatchObject({ queued: false });
+    const running = await here.start(work, busy!, { id: busy!.key, hold: true });
+    await expect.poll(() => started.includes(busy!.key), { timeout: PATIENCE_MS }).toBe(true);
+    const release = await holdQueueLock(db().sql, single.name);
+    let enqueued: Awaited<ReturnType<typeof here.enqueue>> | undefined;
+    try {
+      // A full queue: no lock taken, the entry commits; this process owes the queue a dispatch.
+      enqueued = await here.enqueue(work, queued!, { id: queued!.key }, { queue: single });
+      expect(enqueued).toMatchObject({ queued: true });
+      // The holder ends elsewhere while the lock is held: its slot is given back, not handed over.
+      gate(holder!.key).open();
+      expect(await holding.result()).toEqual({ id: holder!.key });
+    } finally {
+      await release();
+    }
+    // Only this process can run it, and it has no room: it starts it anyway, as its enqueue could have.
+    expect(await enqueued!.result()).toEqual({ id: queued!.key });
+    gate(busy!.key).open();
+    expect(await running.result()).toEqual({ id: busy!.key });
+    expect(executions.get(queued!.key)).toBe(1);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 });

@@ -6,7 +6,7 @@
  * executes under its claim's lease.
  */
 import type { Queryable } from '../../db/connect.js';
-import { type Clock, sqlNow } from '../../db/clock.js';
+import { type Clock, sqlNow, sqlStatementNow } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
 import { servedUpsert } from '../../lifecycle/dispatch.js';
 
@@ -30,7 +30,7 @@ export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, en
                ${now} + ${entry.delayMs}::float8 * interval '1 millisecond',
                g.at_once, case when g.at_once then ${now} end, case when g.at_once then l.lease_token end
           from stepkey.ledger l
-          cross join lateral (select ${grantedAtOnce(q, entry, now)} as at_once) g
+          cross join lateral (select ${grantedAtOnce(q, entry, sqlStatementNow(q, clock))} as at_once) g
          where l.scope = ${ref.scope} and l.key = ${ref.key} and l.lease_token = ${claimedHere}::uuid and l.status = 'in_progress'
         returning holding, partition
       ), served as (
@@ -49,12 +49,13 @@ export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, en
  * statement: only under both of the queue's locks (taken by the enqueue's
  * lock statement, noted in stepkey.dispatching, this statement's snapshot
  * taken after them, so it sees every slot granted before), with no delay,
- * on a queue without a rate, when no run is due in line before it (the
- * dispatch would choose that one first) and a slot — of the queue and of the
+ * on a queue without a rate, when no run is due in line before it (by the
+ * statement's time, read after the wait for the lock: the dispatch would
+ * choose that one first) and a slot — of the queue and of the
  * run's partition — is free. The same guarantee as a dispatch's: slots held
  * never exceed the settings on the queue's row.
  */
-function grantedAtOnce(q: Queryable, entry: EntryValues, now: ReturnType<typeof sqlNow>) {
+function grantedAtOnce(q: Queryable, entry: EntryValues, now: ReturnType<typeof sqlStatementNow>) {
   if (entry.delayMs > 0) return q`false`;
   return q`
     current_setting('stepkey.dispatching', true) is not distinct from ${entry.queue}::text
