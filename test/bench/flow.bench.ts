@@ -2,7 +2,9 @@
  * Flow control: the throughput of queued one-step runs — enqueued by 1 and
  * by 8 callers at once, dispatched and executed by 1 and 2 engines (each its
  * own pool), on a queue and on a queue partitioned by tenant — as a ratio to
- * the same workflow run unqueued at the same concurrency, in the same run.
+ * the same workflow run unqueued at the same concurrency, in the same run,
+ * and to the same runs started unqueued by as many callers (engine.start,
+ * which answers once the run is durable, as an enqueue does).
  * Every measurement checks, from each run's start and end, that no instant
  * had more runs executing than the queue's or a partition's concurrency: a
  * violation fails the bench. Then the start latency of a run enqueued on an
@@ -96,6 +98,18 @@ async function queuedThroughput(db: Database, engines: Engine[], ops: number, ca
   return { opsPerSecond, p50Ms: enqueued.p50Ms, p99Ms: enqueued.p99Ms };
 }
 
+/**
+ * `ops` runs started unqueued by `callers` loops (engine.start answers once the run is durable, as
+ * engine.enqueue does, and the run executes after), until every one has completed: the reference
+ * of the same call shape for the queued rows (the runs at once are not capped at the queue's 8).
+ */
+async function startedThroughput(db: Database, engine: Engine, ops: number, callers: number, prefix: string): Promise<Measurement> {
+  const t0 = performance.now();
+  const started = await measure(ops, callers, (i) => engine.start(oneStep, { scope: 'bench', key: `${prefix}-${i}` }, { n: i, tenant: '' }));
+  while ((await openRuns(db, prefix)) > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  return { opsPerSecond: ops / ((performance.now() - t0) / 1000), p50Ms: started.p50Ms, p99Ms: started.p99Ms };
+}
+
 /** From the call to the run's first line, one run at a time (the queue is empty each time). */
 async function startLatency(ops: number, start: (i: number) => Promise<unknown>, keyOf: (i: number) => string): Promise<{ p50: number; p99: number }> {
   const latencies: number[] = [];
@@ -154,7 +168,14 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
       const run = round;
       return measure(options.ops, CONCURRENCY, (i) => first.run(oneStep, { scope: 'bench', key: `u-${run}-${i}` }, { n: i, tenant: '' }));
     });
-    const rows: (string | number)[][] = [[`unqueued (engine.run, ${CONCURRENCY} at once, 1 engine)`, unqueued.opsPerSecond, '1.00']];
+    const starts = new Map<number, number>();
+    for (const callers of [1, 8]) {
+      starts.set(callers, (await medianOf(options.runs, () => startedThroughput(db, first, options.ops, callers, `s-${(round += 1)}`))).opsPerSecond);
+    }
+    const rows: (string | number)[][] = [
+      [`unqueued (engine.run, ${CONCURRENCY} at once, 1 engine)`, unqueued.opsPerSecond, '1.00', '—'],
+      ...[1, 8].map((callers) => [`unqueued (engine.start, ${callers} caller${callers > 1 ? 's' : ''}, 1 engine)`, starts.get(callers)!, (starts.get(callers)! / unqueued.opsPerSecond).toFixed(2), '1.00']),
+    ];
     const cases: [string, Engine[], number, boolean][] = [
       ['queued, 1 enqueuer, 1 engine', [first], 1, false],
       ['queued, 8 enqueuers, 1 engine', [first], 8, false],
@@ -163,12 +184,13 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
     ];
     for (const [label, engines, callers, partitioned] of cases) {
       const measured = await medianOf(options.runs, () => queuedThroughput(db, engines, options.ops, callers, `q-${(round += 1)}`, partitioned));
-      rows.push([label, measured.opsPerSecond, (measured.opsPerSecond / unqueued.opsPerSecond).toFixed(2)]);
+      const sameCallers = starts.get(callers)!;
+      rows.push([label, measured.opsPerSecond, (measured.opsPerSecond / unqueued.opsPerSecond).toFixed(2), (measured.opsPerSecond / sameCallers).toFixed(2)]);
     }
     printTable(
       `Queued one-step runs, dispatched and executed (${options.ops} runs, median of ${options.runs}; queue concurrency ${CONCURRENCY}, ${CONCURRENCY} runs at once per engine; ` +
         'no instant exceeded a limit)',
-      ['operation', 'runs/s', 'vs unqueued'],
+      ['operation', 'runs/s', 'vs unqueued', 'vs engine.start, same callers'],
       rows,
     );
     const latencyRuns = Math.min(300, options.ops);
