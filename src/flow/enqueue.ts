@@ -67,7 +67,7 @@ export type Enqueued = {
   dispatched: DispatchedRun[];
   /** The claim resumed a failed run: it is back in line for a slot. */
   requeued: boolean;
-  /** The run did not get its slot at once: its queue is to be dispatched now (after the commit). */
+  /** The entry was added without the queue's lock: its queue is to be dispatched after the commit. */
   dispatchAfter?: boolean;
 };
 
