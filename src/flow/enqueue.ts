@@ -162,18 +162,18 @@ function entryStatements(q: TxSql, clock: Clock, request: EnqueueRequest, lease:
 }
 
 /**
- * What an enqueue's batch (FlowControl.enqueueStatements, its entry's answer
- * second) started: its own run, if its entry took a free slot at once (it
- * executes under the claim's lease), and what its dispatch started. Without
- * the queue's lock, its queue is to be dispatched after the commit.
+ * What an enqueue's batch (FlowControl.enqueueStatements around
+ * entryStatements) started: its own run, if its entry took a free slot at
+ * once (it executes under the claim's lease), and what its dispatch started.
+ * Without the queue's lock, its queue is to be dispatched after the commit.
  */
 function started(
   request: EnqueueRequest,
   claim: { lease: Lease; attempts: number },
-  batch: { locked(answers: readonly unknown[]): boolean; dispatched(answers: readonly unknown[]): DispatchedRun[] },
+  batch: ReturnType<FlowControl['enqueueStatements']>,
   answers: readonly unknown[],
 ): { dispatched: DispatchedRun[]; dispatchAfter: boolean } {
-  const [entry] = (answers[1] ?? []) as { holding: boolean }[];
+  const [entry] = (batch.entry(answers)[0] ?? []) as { holding: boolean }[];
   const own = entry?.holding === true ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
   return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: !batch.locked(answers) };
 }

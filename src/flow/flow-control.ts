@@ -145,7 +145,8 @@ export class FlowControl {
    * that starts runs only if the lock was taken and the entry took none
    * (runs waited before it). `locked(answers)` says whether the lock was
    * taken (if not, the queue is to be dispatched after the commit),
-   * `dispatched(answers)` what the dispatch started.
+   * `entry(answers)` what the entry statements answered, `dispatched(answers)`
+   * what the dispatch started.
    */
   enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
     const statements = [
@@ -156,6 +157,7 @@ export class FlowControl {
     return {
       statements,
       locked: (answers: readonly unknown[]) => ((answers[0] as { name: string | null }[] | undefined)?.[0]?.name ?? null) !== null,
+      entry: (answers: readonly unknown[]) => answers.slice(1, 1 + entry.length),
       dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
     };
   }

@@ -175,7 +175,15 @@ function settledBy(row: ClaimRow, state: 'replay' | 'in_progress' | 'waiting'): 
  * version: the caller claims the key then.
  */
 export async function probeKey(q: Queryable, clock: Clock, request: ClaimRequest): Promise<SettledClaim | undefined> {
-  const row = await probeRow(q, clock, request);
+  return settledAnswer(await probeRow(q, clock, request));
+}
+
+/**
+ * The answer of a committed row that settles the call without writing — a
+ * replay, a run in progress or parked, a mismatch — or undefined (no row, a
+ * row to claim, or a mismatch under an older fingerprint version: claimed then).
+ */
+function settledAnswer(row: ClaimRow | undefined): SettledClaim | undefined {
   switch (row?.state) {
     case 'replay':
     case 'in_progress':
@@ -218,20 +226,9 @@ export function claimStatement(q: Queryable, clock: Clock, request: ClaimRequest
     statement: claimRowStatement(q, clock, request, token, options.leaseMs, true) as unknown as postgres.PendingQuery<postgres.Row[]>,
     answer: (rows: readonly unknown[] | undefined): ClaimResult | undefined => {
       const row = rows?.[0] as ClaimRow | undefined;
-      switch (row?.state) {
-        case 'owned':
-          return vacantClaimOwned(request, token, row);
-        case 'replay':
-        case 'in_progress':
-        case 'waiting':
-          return settledBy(row, row.state);
-        case 'mismatch':
-          return isLegacyFingerprint(row.stored_fingerprint) ? undefined : { state: 'mismatch', existing: { kind: row.kind ?? 'request', name: row.name } };
-        case 'locked':
-          return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
-        default:
-          return undefined;
-      }
+      if (row?.state === 'owned') return vacantClaimOwned(request, token, row);
+      if (row?.state === 'locked') return { state: 'in_progress', retryAfterMs: UNCOMMITTED_RETRY_AFTER_MS };
+      return settledAnswer(row);
     },
   };
 }

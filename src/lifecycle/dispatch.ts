@@ -157,7 +157,8 @@ export function lockIfFreeStatement(q: Queryable, queue: string, plans: Plans) {
  * after — sees every entry and slot given back by whoever held it. An
  * answer of false means no run waits in line while a slot is free; any
  * change after the barrier is dispatched by whoever makes it (an entry
- * added or a slot given back is always followed by a dispatch under the lock).
+ * added or a slot given back is always followed by a dispatch under the
+ * lock, or by this same look after its commit).
  */
 export function worthDispatchingStatements(q: Queryable, queue: string) {
   return [

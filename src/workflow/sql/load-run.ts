@@ -110,18 +110,12 @@ export async function loadRun(q: Queryable, clock: Clock, ref: KeyRef): Promise<
 
 /** A run a dispatch started with nothing recorded yet, as loadRun would have read it (no load needed). */
 export function loadedFresh(fresh: FreshRun): LoadedRun {
+  const { traceContext, startedAtMs, ...columns } = fresh;
   return {
-    workflow: fresh.workflow,
-    version: fresh.version,
-    input: fresh.input,
-    attempts: fresh.attempts,
-    lastError: fresh.lastError,
-    rootKey: fresh.rootKey,
+    ...columns,
     wait: undefined,
-    loadedAtMs: fresh.startedAtMs,
-    deadlineAtMs: fresh.deadlineAtMs,
-    parentRun: fresh.parentRun,
-    trace: { context: fresh.traceContext, attempt: fresh.attempts },
+    loadedAtMs: startedAtMs,
+    trace: { context: traceContext, attempt: fresh.attempts },
     steps: new Map(),
     stepAttempts: new Map(),
   };
