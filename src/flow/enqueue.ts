@@ -3,13 +3,14 @@
  * (waiting for a slot), committed together.
  *
  *   BEGIN; claim (scope, key)
- *   the queue's lock, waited for only if a slot seemed free; the entry —
- *   holding a slot at once if the lock was taken, a slot is free and no run
- *   is due in line before it (flow/sql/enqueue.ts); the park (wait_kind
- *   'slot') unless it holds one; COMMIT
+ *   the entry — one statement, which first takes the queue's lock, waited
+ *   for only if a slot seemed free, holds a slot at once if a slot is free
+ *   and no run is due in line before it, and parks the run (wait_kind
+ *   'slot') if not (flow/sql/enqueue.ts); under the lock, a dispatch of
+ *   runs due before it; COMMIT
  *
  * On one PostgreSQL all of it is one round trip (the claim sent first, the
- * entry and park written only if it inserted the run): a duplicate gets its
+ * entry written only if it inserted the run): a duplicate gets its
  * answer from it, nothing more written; a claim's rare paths (a failed run
  * resumed, an expired key or lease) take one more round trip, claim first.
  *
@@ -17,8 +18,8 @@
  * by an enqueue that finds a slot free: it waits for the lock on the server,
  * so that its run starts at once — its slot granted in its entry, under its
  * claim's lease (no park, no second start). Enqueues on a full queue take no
- * lock and commit side by side. A run that did not get its slot at once has
- * its queue dispatched after the commit, by this process (Dispatcher), which
+ * lock and commit side by side; an entry added without the lock has its
+ * queue dispatched after the commit, by this process (Dispatcher), which
  * first waits for whoever holds the lock and costs no transaction when
  * nothing is to start.
  *
@@ -75,22 +76,18 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
   const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
-  if (first && 'claim' in first) return first as Enqueued;
-  const enqueued = await enqueueClaimed(sql, clock, flow, request);
-  // What the first batch's dispatch started meanwhile is this process's to execute too.
-  return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
+  return first ?? enqueueClaimed(sql, clock, flow, request);
 }
 
 /**
- * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, the
- * queue's lock if a slot seemed free, the entry and park (written only if the
- * claim inserted the run), COMMIT. A new run, a replay, a run in progress or
- * parked and a mismatch are answered here. For the rest — a failed run to
- * resume, an expired key or lease — no entry was written, and the claimed
- * path follows, with what this batch's dispatch started (the lock may have
- * been taken, and runs waiting in line started).
+ * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, the entry
+ * (written only if the claim inserted the run), the guarded dispatch, COMMIT.
+ * A new run, a replay, a run in progress or parked and a mismatch are
+ * answered here; undefined for the rest — a failed run to resume, an expired
+ * key or lease — where no entry was written (and no lock taken: the entry
+ * takes it), and the claimed path follows.
  */
-async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | { dispatched: DispatchedRun[] }> {
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
@@ -98,8 +95,8 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
-    if (!claim) return { dispatched: batch.dispatched(answers) };
-    if (claim.state !== 'owned') return { claim, dispatched: batch.dispatched(answers), requeued: false };
+    if (!claim) return undefined;
+    if (claim.state !== 'owned') return { claim, dispatched: [], requeued: false };
     return { claim, requeued: false, ...started(request, claim, batch, answers) };
   } catch (error) {
     tx.abandon();
@@ -124,7 +121,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
       return { claim, dispatched: [], requeued: false };
     }
     if (flow.dispatchesInline) {
-      // The lock, entry, park and dispatch in one round trip, as in the pipelined path.
+      // The entry and the dispatch in one round trip, as in the pipelined path.
       const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, claim.lease), request.capacity, request.leaseMs, request.versions);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, ...started(request, claim, batch, answers) };
@@ -150,15 +147,13 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
 }
 
 /**
- * An enqueue's entry and park (one PostgreSQL), sent after its claim and the
- * queue's lock: written only for the run claimed under `lease` in this
- * transaction; the entry holding its slot at once when it may, the park only if not.
+ * An enqueue's entry (one PostgreSQL), sent after its claim: written only for
+ * the run claimed under `lease` in this transaction; it takes the queue's
+ * lock if a slot seemed free, holds its slot at once when it may, and parks
+ * the run if not.
  */
 function entryStatements(q: TxSql, clock: Clock, request: EnqueueRequest, lease: Lease) {
-  return [
-    insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>,
-    parkStatement(q, clock, lease, slotWait(request.entry.queue), { claimedHere: true }),
-  ];
+  return [insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>];
 }
 
 /**

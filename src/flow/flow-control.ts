@@ -12,7 +12,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
 import type { KeyRef } from '../ledger/types.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, lockIfFreeStatement, worthDispatchingStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, worthDispatchingStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
@@ -133,31 +133,27 @@ export class FlowControl {
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
     return [
-      tryLockQueueStatement(q, queue, this.plans) as unknown as PendingRows,
+      tryLockQueueStatement(q, queue, this.plans, { ifWaiting: true }) as unknown as PendingRows,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
     ];
   }
 
   /**
-   * An enqueue's batch (one PostgreSQL), around its `entry` statements: the
-   * queue's lock, waited for only if a slot seemed free; the entry, which
-   * may then take a free slot at once (flow/sql/enqueue.ts); and a dispatch
-   * that starts runs only if the lock was taken and the entry took none
-   * (runs waited before it). `locked(answers)` says whether the lock was
-   * taken (if not, the queue is to be dispatched after the commit),
-   * `entry(answers)` what the entry statements answered, `dispatched(answers)`
-   * what the dispatch started.
+   * An enqueue's batch (one PostgreSQL), after its `entry` statements (the
+   * first of which takes the queue's lock if a slot seemed free, and may
+   * then take a free slot at once: flow/sql/enqueue.ts, and answers whether
+   * it locked): a dispatch that starts runs only if the lock was taken and
+   * the entry took none (runs waited before it). `locked(answers)` says
+   * whether the lock was taken (if not, the queue is to be dispatched after
+   * the commit), `entry(answers)` what the entry statements answered,
+   * `dispatched(answers)` what the dispatch started.
    */
   enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
-    const statements = [
-      lockIfFreeStatement(q, queue, this.plans) as unknown as PendingRows,
-      ...entry,
-      dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref }),
-    ];
+    const statements = [...entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })];
     return {
       statements,
-      locked: (answers: readonly unknown[]) => ((answers[0] as { name: string | null }[] | undefined)?.[0]?.name ?? null) !== null,
-      entry: (answers: readonly unknown[]) => answers.slice(1, 1 + entry.length),
+      locked: (answers: readonly unknown[]) => (answers[0] as { locked: boolean }[] | undefined)?.[0]?.locked === true,
+      entry: (answers: readonly unknown[]) => answers.slice(0, entry.length),
       dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
     };
   }

@@ -112,42 +112,28 @@ const seemsFree = (q: Queryable, queue: string) =>
  * A queued run's completion's lock (and on Citus an enqueue's), taken only
  * if free: the queue's advisory lock and then its row's, in one statement;
  * an empty answer means another transaction is dispatching or enqueuing on
- * the queue. One that does not get it dispatches after its commit, waiting
- * for the lock then (an entry waiting is never a slot granted) — so that
- * concurrent ends and enqueues commit side by side instead of one after another.
+ * the queue — or, with `ifWaiting` (a completion), that no run waited in
+ * line in the statement's snapshot. One that does not take it dispatches
+ * after its commit, waiting for the lock then (an entry waiting is never a
+ * slot granted) — so that concurrent ends and enqueues commit side by side
+ * instead of one after another, and a completion with no one to hand its
+ * slot to does not hold the lock through its commit.
  */
-export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
+export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans, options: { ifWaiting?: boolean } = {}) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
   // `free`: whether the queue seemed to have a free slot (its snapshot predates the lock: only a hint
   // for whether to dispatch now — a slot given back meanwhile is dispatched by whoever gave it back).
+  // CASE: the look for a waiting run comes before the lock is tried.
+  const lock = options.ifWaiting
+    ? q`case when exists (select 1 from stepkey.queue_entries w where w.queue = ${queue} and not w.holding and not w.failed)
+             then pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) else false end`
+    : q`pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})`;
   return q`
     select set_config('stepkey.dispatching', name, true) as name,
            ${seemsFree(q, queue)} as free
       from stepkey.queues, ${planMode(q, plans)}
-     where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
+     where name = ${queue} and ${lock}
        for update of queues`;
-}
-
-/**
- * An enqueue's lock, in one statement sent after its claim: if the queue
- * seemed to have a free slot, its advisory lock (waited for on the server)
- * and then its row's, noted in stepkey.dispatching for the entry after it,
- * which may then take a free slot at once (flow/sql/enqueue.ts), and for the
- * guarded dispatch after that; otherwise none, and the entry commits without
- * it, as enqueues on a full queue do side by side (the queue is dispatched
- * after the commit). Always one row — `name` null when not locked — so that
- * the plan mode (Plans) is set either way.
- */
-export function lockIfFreeStatement(q: Queryable, queue: string, plans: Plans) {
-  return q<{ name: string | null }[]>`
-    select w.name
-      from ${planMode(q, plans)}
-      left join lateral (
-        select set_config('stepkey.dispatching', queues.name, true) as name
-          from stepkey.queues queues, lateral (select pg_advisory_xact_lock(${queueLockKey(q, 'name')})) locked
-         where queues.name = ${queue} and ${seemsFree(q, queue)}
-           for update of queues
-      ) w on true`;
 }
 
 /**

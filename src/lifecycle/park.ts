@@ -33,23 +33,18 @@ export function lockRunStatement(q: Queryable, clock: Clock, lease: Lease) {
                for update) as run`;
 }
 
+/** A tagged template that builds SQL: a postgres.js query's (a fragment) or a StatementText's (appended). */
+type SqlTag<T> = (strings: TemplateStringsArray, ...values: unknown[]) => T;
+
 /**
- * Park: the run becomes `waiting` with its wait, no lease, no expiry. Its
- * wait's own end is `wait_until`; any sweeper may take it at `wake_at`, the
- * earlier of that and the run's deadline (computed here, from the row). What
- * it holds is given back (holds.ts): a queue slot — unless it parks for one
- * — and its limit slots.
- * Guarantee: only by the lease holder (SKL01 otherwise), as the last write of
- * the transaction that records everything the run did before it (the step
- * rows before it are fenced by the same, still valid, lease).
+ * What a park sets: the run `waiting` with its wait, no lease, no expiry.
+ * Its wait's own end is `wait_until`; any sweeper may take it at `wake_at`,
+ * the earlier of that and the run's deadline (computed here, from the row).
+ * `now`: stepkey's now, as `tag` splices it.
  */
-export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait, options: { claimedHere?: boolean } = {}) {
-  const b = new StatementText();
-  const now = b.now(clock);
-  b.sql`
-    with moved as (
-      update stepkey.ledger
-         set status = 'waiting',
+export function parkSet<T>(tag: SqlTag<T>, now: unknown, wait: RunWait): T {
+  return tag`
+             status = 'waiting',
              wait_kind = ${wait.kind},
              wait_step = ${wait.step},
              wait_for = ${wait.for}::text,
@@ -58,27 +53,33 @@ export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: Ru
              lease_token = null,
              locked_until = null,
              expires_at = null,
-             updated_at = ${now}
-       where scope = ${lease.scope} and key = ${lease.key}
-         and lease_token = ${lease.token}::uuid and status = 'in_progress'`;
-  // An enqueue that granted its run a slot at once (flow/sql/enqueue.ts) leaves it executing under its claim's lease.
-  if (options.claimedHere) {
-    b.sql`
-         and not exists (select 1 from stepkey.queue_entries e where e.scope = ${lease.scope} and e.key = ${lease.key} and e.holding)`;
-  }
+             updated_at = ${now}`;
+}
+
+/**
+ * Park: the run becomes `waiting` (parkSet). What it holds is given back
+ * (holds.ts): a queue slot — unless it parks for one — and its limit slots.
+ * Guarantee: only by the lease holder (SKL01 otherwise), as the last write of
+ * the transaction that records everything the run did before it (the step
+ * rows before it are fenced by the same, still valid, lease).
+ * (An enqueue parks the run its claim inserted in its entry's statement:
+ * flow/sql/enqueue.ts.)
+ */
+export function parkStatement(q: Queryable, clock: Clock, lease: Lease, wait: RunWait) {
+  const b = new StatementText();
+  const now = b.now(clock);
   b.sql`
+    with moved as (
+      update stepkey.ledger
+         set`;
+  parkSet((strings, ...values) => b.sql(strings, ...values), now, wait);
+  b.sql`
+       where scope = ${lease.scope} and key = ${lease.key}
+         and lease_token = ${lease.token}::uuid and status = 'in_progress'
       returning scope, key
     )`;
   const holds = wait.kind !== 'slot';
   if (holds) giveBackHolds(b, lease, 'park');
-  if (options.claimedHere) {
-    // The run an enqueue's claim inserted in this same transaction (flow/enqueue.ts), sent with that
-    // claim: nothing to fence (no one else can have touched a row this transaction inserted), and
-    // nothing moves when the claim inserted nothing.
-    b.sql`
-    select count(*)::int as parked from moved`;
-    return b.query(q);
-  }
   b.sql`
     select stepkey.lease_held((select count(*) from moved))${new SqlText(holds ? `, ${holdsRead} as woken` : '')}`;
   return b.query(q);
