@@ -34,3 +34,20 @@ BEGIN
             WHERE w.queue = p_queue AND NOT w.holding AND NOT w.failed
               AND w.not_before <= clock_timestamp() + p_offset_ms * interval '1 millisecond');
 END $$;
+--> statement-breakpoint
+-- Whether a queue is worth a dispatch (one PostgreSQL: src/lifecycle/dispatch.ts), in one statement
+-- without a transaction of its own: first a wait until no transaction holds the queue's lock (a
+-- shared hold: a barrier), then a look in a snapshot taken after it, which sees every entry added
+-- and slot given back by whoever held it. Guarantee: false only if, once the lock's holders have
+-- committed, no run waits in line while a slot is free; any change after the barrier is dispatched
+-- by whoever makes it (an entry added or a slot given back is always followed by a dispatch under
+-- the lock, or by this same look after its commit).
+CREATE FUNCTION "stepkey"."worth_dispatching"(p_queue text)
+  RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock_shared(hashtextextended('stepkey.queue' || chr(30) || p_queue, 0));
+  RETURN EXISTS (SELECT 1 FROM stepkey.queue_entries e WHERE e.queue = p_queue AND NOT e.holding AND NOT e.failed)
+     AND EXISTS (SELECT 1 FROM stepkey.queues s
+                  WHERE s.name = p_queue
+                    AND (SELECT count(*) FROM stepkey.queue_entries h WHERE h.queue = p_queue AND h.holding) < s.concurrency);
+END $$;

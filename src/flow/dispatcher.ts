@@ -66,6 +66,13 @@ export class Dispatcher implements SlotHandOff {
   readonly #holding = new Map<string, string>();
   /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
   readonly #handedOver = new Set<string>();
+  /**
+   * Per queue, whether runs were last seen waiting in line (unknown: yes). A
+   * completion sends its hand-off only then; otherwise it hands nothing over
+   * and its queue is dispatched after its commit, as for any slot given back
+   * without a hand-off — a hint for cost, never for correctness.
+   */
+  readonly #waitingSeen = new Map<string, boolean>();
 
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
@@ -86,6 +93,7 @@ export class Dispatcher implements SlotHandOff {
       entry: run.entry,
       leaseMs: host.leaseMs,
       capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
+      othersWaiting: this.#waitingSeen.get(run.entry.queue) !== false,
       versions: host.versions(),
     });
     const own = claim.state === 'owned' && !claim.resumed;
@@ -99,6 +107,7 @@ export class Dispatcher implements SlotHandOff {
       host.execute(claim.lease).catch(() => {});
     }
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
+    if ((own || requeued) && !mineStarted) this.#waitingSeen.set(run.entry.queue, true);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
   }
 
@@ -145,17 +154,19 @@ export class Dispatcher implements SlotHandOff {
   withCompletion(lease: { scope: string; key: string }, q: Queryable) {
     const queue = this.#holding.get(idOf(lease));
     const host = this.#host;
-    if (queue === undefined || host.closing) return [];
+    if (queue === undefined || host.closing || this.#waitingSeen.get(queue) === false) return [];
     // The ending run's own room is free once it has ended.
     const capacity = Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1);
     return this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
   }
 
   afterCompletion(lease: { scope: string; key: string }, answers: readonly unknown[]): void {
-    const [locked, dispatched] = answers as [readonly { name: string }[] | undefined, readonly unknown[] | undefined];
+    const [lock, dispatched] = answers as [readonly { waiting: boolean; name: string | null }[] | undefined, readonly unknown[] | undefined];
+    const holding = this.#holding.get(idOf(lease));
+    if (holding !== undefined && lock?.[0]) this.#waitingSeen.set(holding, lock[0].waiting);
     // The queue's lock was taken: what its dispatch started is executed here, whatever else happened.
-    const queue = locked?.[0]?.name;
-    if (queue === undefined) return;
+    const queue = lock?.[0]?.name;
+    if (queue === undefined || queue === null) return;
     this.#handedOver.add(idOf(lease));
     this.startDispatched(queue, dispatchedRuns(dispatched));
   }
@@ -188,7 +199,11 @@ export class Dispatcher implements SlotHandOff {
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
-        for (const result of results) this.startDispatched(result.queue, result.runs);
+        for (const result of results) {
+          // Runs were waiting: the next completions hand their slots over again.
+          if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
+          this.startDispatched(result.queue, result.runs);
+        }
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
@@ -204,6 +219,7 @@ export class Dispatcher implements SlotHandOff {
     const results = await this.#flow.dispatch(capacity, this.#host.leaseMs, this.#host.versions());
     let started = 0;
     for (const { queue, runs } of results) {
+      if (runs.length > 0) this.#waitingSeen.set(queue, true);
       this.startDispatched(queue, runs);
       started += runs.length;
     }

@@ -60,6 +60,12 @@ export interface EnqueueRequest {
   leaseMs: number;
   /** How many runs this process may start now. */
   capacity: number;
+  /**
+   * Whether runs may be waiting in line (a hint: runs were last seen
+   * waiting, or it is not known): the batch then dispatches them under the
+   * queue's lock; if not, and some were, the queue is dispatched after the commit.
+   */
+  othersWaiting: boolean;
   versions: Versions;
 }
 
@@ -92,7 +98,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     const lease = { ...request.ref, token: claiming.token };
-    const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions);
+    const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions, request.othersWaiting);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
     if (!claim) return undefined;
@@ -122,7 +128,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     }
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
-      const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, claim.lease), request.capacity, request.leaseMs, request.versions);
+      const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, claim.lease), request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, ...started(request, claim, batch, answers) };
     }
@@ -159,8 +165,8 @@ function entryStatements(q: TxSql, clock: Clock, request: EnqueueRequest, lease:
 /**
  * What an enqueue's batch (FlowControl.enqueueStatements around
  * entryStatements) started: its own run, if its entry took a free slot at
- * once (it executes under the claim's lease), and what its dispatch started.
- * Without the queue's lock, its queue is to be dispatched after the commit.
+ * once (it executes under the claim's lease), and what its dispatch started;
+ * and whether its queue is to be dispatched after the commit.
  */
 function started(
   request: EnqueueRequest,
@@ -170,7 +176,7 @@ function started(
 ): { dispatched: DispatchedRun[]; dispatchAfter: boolean } {
   const [entry] = (batch.entry(answers)[0] ?? []) as { holding: boolean }[];
   const own = entry?.holding === true ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
-  return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: !batch.locked(answers) };
+  return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
 }
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */

@@ -12,7 +12,7 @@ import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
 import type { KeyRef } from '../ledger/types.js';
-import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, worthDispatchingStatements, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
+import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, handOffLockStatement, worthDispatchingStatement, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
 import { writeQueueSettings } from './sql/settings.js';
@@ -122,18 +122,18 @@ export class FlowControl {
   }
 
   /**
-   * The queue's lock if no one holds it, and a dispatch that starts runs
-   * only if that lock was taken — sent in the batch that ends with the
-   * COMMIT (one PostgreSQL), so that the lock is held only while the server
-   * runs it: by an enqueue, after its entry, and by a queued run's
-   * completion, which hands over the slot it gave back. A caller that does
-   * not get the lock never waits for it: the queue is dispatched after its
-   * commit (`dispatch`). None on Citus (see dispatchSteps).
+   * A queued run's completion's hand-off: the queue's lock if a run waits in
+   * line and no one holds the lock, and a dispatch that starts runs only if
+   * that lock was taken — sent in the batch that ends with the COMMIT (one
+   * PostgreSQL), so that the lock is held only while the server runs it. A
+   * completion that does not take the lock never waits for it: the queue is
+   * dispatched after its commit (`dispatch`). The first statement answers
+   * { waiting, name } (handOffLockStatement). None on Citus (see dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
     return [
-      tryLockQueueStatement(q, queue, this.plans, { ifWaiting: true }) as unknown as PendingRows,
+      handOffLockStatement(q, queue, this.plans) as unknown as PendingRows,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
     ];
   }
@@ -142,19 +142,22 @@ export class FlowControl {
    * An enqueue's batch (one PostgreSQL), after its `entry` statements (the
    * first of which takes the queue's lock if a slot seemed free, and may
    * then take a free slot at once: flow/sql/enqueue.ts, and answers whether
-   * it locked): a dispatch that starts runs only if the lock was taken and
-   * the entry took none (runs waited before it). `locked(answers)` says
-   * whether the lock was taken (if not, the queue is to be dispatched after
-   * the commit), `entry(answers)` what the entry statements answered,
-   * `dispatched(answers)` what the dispatch started.
+   * it locked): with `inBatch` (runs may wait in line), a dispatch that
+   * starts runs only if the lock was taken and the entry took none (runs
+   * waited before it). `entry(answers)` says what the entry statements answered,
+   * `dispatched(answers)` what the dispatch started; `afterCommit(answers)`
+   * whether the queue is to be dispatched after the commit (an entry added
+   * without the lock, or left waiting under it with no dispatch in the batch).
    */
-  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions) {
-    const statements = [...entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })];
+  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
+    const statements = inBatch ? [...entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })] : [...entry];
+    const locked = (answers: readonly unknown[]) => (answers[0] as { locked: boolean }[] | undefined)?.[0]?.locked === true;
+    const holding = (answers: readonly unknown[]) => (answers[0] as { holding: boolean }[] | undefined)?.[0]?.holding === true;
     return {
       statements,
-      locked: (answers: readonly unknown[]) => (answers[0] as { locked: boolean }[] | undefined)?.[0]?.locked === true,
       entry: (answers: readonly unknown[]) => answers.slice(0, entry.length),
-      dispatched: (answers: readonly unknown[]) => dispatchedRuns(answers[statements.length - 1] as readonly unknown[]),
+      dispatched: (answers: readonly unknown[]) => (inBatch ? dispatchedRuns(answers[statements.length - 1] as readonly unknown[]) : []),
+      afterCommit: (answers: readonly unknown[]) => !locked(answers) || (!inBatch && !holding(answers)),
     };
   }
 
@@ -175,9 +178,7 @@ export class FlowControl {
   /** Whether a run waits in `queue` while a slot seems free, once no transaction holds its lock (lifecycle/dispatch.ts). */
   async #worthDispatching(queue: string): Promise<boolean> {
     try {
-      const [barrier, check] = worthDispatchingStatements(this.#sql, queue);
-      await barrier;
-      const [row] = await check;
+      const [row] = await worthDispatchingStatement(this.#sql, queue);
       return row?.worth ?? false;
     } catch (error) {
       throw translateDatabaseError(error, 'dispatching queued runs');
@@ -198,7 +199,7 @@ export class FlowControl {
     if (limit <= 0 || !this.enabled) return [];
     await this.ready();
     // One queue on one PostgreSQL: most dispatches after an end or an enqueue find nothing to start,
-    // and cost two statements then, no transaction.
+    // and cost one statement then, no transaction.
     if (queue && this.dispatchesInline && !(await this.#worthDispatching(queue))) return [{ queue, runs: [] }];
     const tx = await Transaction.begin(this.#sql, { acquireTimeoutMs: leaseMs });
     try {

@@ -52,7 +52,7 @@ export interface FreshRun extends RunColumns {
  * deploy. An entry may be added without either: whoever adds it without the
  * lock dispatches the queue after its commit. A dispatch of one queue first
  * waits for the lock's holder and looks, without a transaction
- * (worthDispatchingStatements); one that finds nothing waiting takes only the
+ * (worthDispatchingStatement); one that finds nothing waiting takes only the
  * advisory lock and commits without writing: the dispatch after a run's end
  * and a sweep of idle queues cost no WAL flush.
  */
@@ -109,52 +109,54 @@ const seemsFree = (q: Queryable, queue: string) =>
   q`(select count(*) from stepkey.queue_entries e where e.queue = ${queue} and e.holding) < queues.concurrency`;
 
 /**
- * A queued run's completion's lock (and on Citus an enqueue's), taken only
- * if free: the queue's advisory lock and then its row's, in one statement;
- * an empty answer means another transaction is dispatching or enqueuing on
- * the queue — or, with `ifWaiting` (a completion), that no run waited in
- * line in the statement's snapshot. One that does not take it dispatches
- * after its commit, waiting for the lock then (an entry waiting is never a
- * slot granted) — so that concurrent ends and enqueues commit side by side
- * instead of one after another, and a completion with no one to hand its
- * slot to does not hold the lock through its commit.
+ * An enqueue's lock on Citus, taken only if free: the queue's advisory lock
+ * and then its row's, in one statement; an empty answer means another
+ * transaction is dispatching or enqueuing on the queue. One that does not
+ * get it dispatches after its commit, waiting for the lock then (an entry
+ * waiting is never a slot granted) — so that concurrent enqueues commit side
+ * by side instead of one after another.
  */
-export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans, options: { ifWaiting?: boolean } = {}) {
+export function tryLockQueueStatement(q: Queryable, queue: string, plans: Plans) {
   // The lock taken is noted in the transaction (stepkey.dispatching) for a guarded dispatch after it.
   // `free`: whether the queue seemed to have a free slot (its snapshot predates the lock: only a hint
   // for whether to dispatch now — a slot given back meanwhile is dispatched by whoever gave it back).
-  // CASE: the look for a waiting run comes before the lock is tried.
-  const lock = options.ifWaiting
-    ? q`case when exists (select 1 from stepkey.queue_entries w where w.queue = ${queue} and not w.holding and not w.failed)
-             then pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) else false end`
-    : q`pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})`;
   return q`
     select set_config('stepkey.dispatching', name, true) as name,
            ${seemsFree(q, queue)} as free
       from stepkey.queues, ${planMode(q, plans)}
-     where name = ${queue} and ${lock}
+     where name = ${queue} and pg_try_advisory_xact_lock(${queueLockKey(q, 'name')})
        for update of queues`;
 }
 
 /**
- * Whether `queue` is worth a dispatch: two statements, no transaction. The
- * first waits until no transaction holds the queue's lock (a shared hold,
- * released at once: a barrier), so that the second — its snapshot taken
- * after — sees every entry and slot given back by whoever held it. An
- * answer of false means no run waits in line while a slot is free; any
- * change after the barrier is dispatched by whoever makes it (an entry
- * added or a slot given back is always followed by a dispatch under the
- * lock, or by this same look after its commit).
+ * A queued run's completion's lock: one row, whether a run waited in line
+ * (in the statement's snapshot) and, only then, the lock as
+ * tryLockQueueStatement takes it — `name` null when it was not taken. A
+ * completion with no one to hand its slot to never holds the lock through
+ * its commit; it looks after its commit instead (worthDispatchingStatement).
  */
-export function worthDispatchingStatements(q: Queryable, queue: string) {
-  return [
-    q`select 1 from stepkey.queues where name = ${queue}
-        and pg_advisory_xact_lock_shared(${queueLockKey(q, 'name')}) is not null`,
-    q<{ worth: boolean }[]>`
-      select exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed)
-             and ${seemsFree(q, queue)} as worth
-        from stepkey.queues where name = ${queue}`,
-  ] as const;
+export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) {
+  // CASE: the lock is tried only once a run is known to wait.
+  return q<{ waiting: boolean; name: string | null }[]>`
+    select w.waiting, l.name
+      from (select exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed) as waiting) w
+      left join lateral (
+        select set_config('stepkey.dispatching', name, true) as name
+          from stepkey.queues, ${planMode(q, plans)}
+         where name = ${queue} and case when w.waiting then pg_try_advisory_xact_lock(${queueLockKey(q, 'name')}) else false end
+           for update of queues
+      ) l on true`;
+}
+
+/**
+ * Whether `queue` is worth a dispatch: one statement, no transaction of its
+ * own. stepkey.worth_dispatching (migration 0018) waits until no
+ * transaction holds the queue's lock, then looks in a snapshot taken after:
+ * false means no run waits in line while a slot is free, once whoever held
+ * the lock has committed.
+ */
+export function worthDispatchingStatement(q: Queryable, queue: string) {
+  return q<{ worth: boolean }[]>`select stepkey.worth_dispatching(${queue}::text) as worth`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
@@ -230,7 +232,8 @@ export function dispatchStatement(
   // Each run started gets a lease token minted here (nothing volatile in the UPDATE).
   const tokens = Array.from({ length: Math.max(0, limit) }, () => randomUUID());
   // Guarded: sent in a pipeline after the statement that notes the queue in stepkey.dispatching
-  // (lockQueueRowStatement when a run waits, tryLockQueueStatement when it took the lock), it starts
+  // (lockQueueRowStatement when a run waits, handOffLockStatement when it took the lock, an enqueue's
+  // entry when stepkey.slot_at_once took it), it starts
   // nothing and writes nothing unless that statement did (its own snapshot, taken after, sees every grant).
   // `unlessGranted`: an enqueue's run whose entry took a free slot at once (flow/sql/enqueue.ts) —
   // no run waited before it, so there is nothing more to start.

@@ -80,9 +80,11 @@ async function holdQueueLock(sql: Sql, queue: string) {
   };
 }
 
-/** Transactions waiting for an advisory lock now. */
+/** Transactions waiting for an advisory lock now, in this test's database. */
 const lockWaiters = async () =>
-  (await db().sql<{ n: number }[]>`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted`)[0]!.n;
+  (await db().sql<{ n: number }[]>`
+    select count(*)::int as n from pg_locks
+     where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())`)[0]!.n;
 
 describe('a queued run gets its slot', () => {
   it('in its enqueue when one is free, but never ahead of a run due in line before it', async () => {
@@ -156,20 +158,28 @@ describe('a queued run gets its slot', () => {
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 
-  it('from a duplicate’s enqueue — a mismatch here — whose batch found a slot free: the run it started executes here', async () => {
-    const { single, e } = setUp();
+  it('never from a duplicate’s enqueue — a mismatch here: it takes no lock, starts and writes nothing', async () => {
+    const { single, e } = setUp(2);
     const ref = { scope: 'acme', key: uniqueKey('mismatch') };
-    const delayed = await e.enqueue(work, ref, { id: ref.key }, { queue: single, delayMs: MINUTE });
-    expect(delayed).toMatchObject({ queued: true });
-    // Due now, a slot free, and no sweep: the next enqueue that takes the queue's lock starts it.
-    e.clock.advance(MINUTE + 1_000);
-    await expect(e.enqueue(work, ref, { id: 'another input' }, { queue: single })).rejects.toMatchObject({ code: 'mismatch' });
-    expect(await delayed.result()).toEqual({ id: ref.key });
+    const first = await e.enqueue(work, ref, { id: ref.key, hold: true }, { queue: single });
+    expect(first).toMatchObject({ queued: false });
+    // A slot seems free, and another transaction holds the queue's lock: an enqueue that took the
+    // lock would wait for it here.
+    const release = await holdQueueLock(db().sql, single.name);
+    try {
+      await expect(e.enqueue(work, ref, { id: 'another input' }, { queue: single })).rejects.toMatchObject({ code: 'mismatch' });
+      expect(await lockWaiters()).toBe(0);
+    } finally {
+      await release();
+    }
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 1, entries: 1 });
+    gate(ref.key).open();
+    expect(await first.result()).toEqual({ id: ref.key });
     expect(executions.get(ref.key)).toBe(1);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 
-  it('from a resume’s enqueue whose first batch found a slot free and started a run due in line: that run executes here too', async () => {
+  it('from a resume’s enqueue that found a slot free and a run due in line: that run executes here too, the resumed one after it', async () => {
     const { single, e } = setUp(2);
     const failed = { scope: 'acme', key: uniqueKey('resumed') };
     const due = { scope: 'acme', key: uniqueKey('due') };
@@ -178,7 +188,7 @@ describe('a queued run gets its slot', () => {
     await expect(first.result()).rejects.toThrow();
     const delayed = await e.enqueue(work, due, { id: due.key }, { queue: single, delayMs: MINUTE });
     expect(delayed).toMatchObject({ queued: true });
-    // Due now, and no sweep: the resume's first batch takes the lock and starts it; the resume follows.
+    // Due now, and no sweep: the resume takes the queue's lock and starts it; the resumed run follows.
     e.clock.advance(MINUTE + 1_000);
     const resumed = await e.enqueue(work, failed, { id: failed.key }, { queue: single });
     expect(resumed).toMatchObject({ requeued: true });
@@ -215,6 +225,50 @@ describe('a queued run gets its slot', () => {
     gate(busy!.key).open();
     expect(await running.result()).toEqual({ id: busy!.key });
     expect(executions.get(queued!.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  /** A process whose last queued run ended with no run waiting in line: its next ends hand nothing over in their commits. */
+  async function sawNoneWaiting(e: ReturnType<typeof setUp>['e'], single: ReturnType<typeof setUp>['single']) {
+    const ref = { scope: 'acme', key: uniqueKey('alone') };
+    const alone = await e.enqueue(work, ref, { id: ref.key }, { queue: single });
+    expect(await alone.result()).toEqual({ id: ref.key });
+  }
+
+  it('from an end that handed nothing over (none waited when this process last looked), after its commit: a run another process enqueued meanwhile', async () => {
+    const { single, e } = setUp();
+    const there = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP });
+    await sawNoneWaiting(e, single);
+    const [a, b] = ['a', 'b'].map((name) => ({ scope: 'acme', key: uniqueKey(`hint-${name}`) }));
+    const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
+    expect(first).toMatchObject({ queued: false });
+    // Full: the other process's entry waits, and its look after its commit finds no slot free.
+    const second = await there.enqueue(work, b!, { id: b!.key }, { queue: single });
+    expect(second).toMatchObject({ queued: true });
+    // No sweep: only the look after the first run's end can start it.
+    gate(a!.key).open();
+    expect(await first.result()).toEqual({ id: a!.key });
+    expect(await second.result()).toEqual({ id: b!.key });
+    expect([executions.get(a!.key), executions.get(b!.key)]).toEqual([1, 1]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from an enqueue that found a run due before it, when this process last saw none waiting: after its commit, the due run first', async () => {
+    const { single, e } = setUp();
+    const there = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP });
+    await sawNoneWaiting(e, single);
+    const [due, next] = ['due', 'next'].map((name) => ({ scope: 'acme', key: uniqueKey(`hint-${name}`) }));
+    // Another process enqueues a delayed run, unseen here.
+    const delayed = await there.enqueue(work, due!, { id: due!.key }, { queue: single, delayMs: MINUTE });
+    expect(delayed).toMatchObject({ queued: true });
+    e.clock.advance(MINUTE + 1_000);
+    // The slot is free, but the due run comes first: this entry waits, and this process dispatches after its commit.
+    const enqueued = await e.enqueue(work, next!, { id: next!.key }, { queue: single });
+    expect(enqueued).toMatchObject({ queued: true });
+    expect(await enqueued.result()).toEqual({ id: next!.key });
+    expect(await delayed.result()).toEqual({ id: due!.key });
+    expect(started.filter((id) => id === due!.key || id === next!.key)).toEqual([due!.key, next!.key]);
+    expect([executions.get(due!.key), executions.get(next!.key)]).toEqual([1, 1]);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 });
