@@ -99,7 +99,7 @@ export class Dispatcher implements SlotHandOff {
     const own = claim.state === 'owned' && !claim.resumed;
     if (own) instrument.runStarted(definition);
     // What the enqueue's transaction started is executed here, whatever its claim answered (a
-    // duplicate's or a mismatch's batch may have dispatched other runs of the queue).
+    // duplicate's or a mismatch's batch takes no lock and starts nothing; were it otherwise, here).
     this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };

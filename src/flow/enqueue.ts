@@ -7,7 +7,8 @@
  *   for only if a slot seemed free, holds a slot at once if a slot is free
  *   and no run is due in line before it, and parks the run (wait_kind
  *   'slot') if not (flow/sql/enqueue.ts); under the lock, a dispatch of
- *   runs due before it; COMMIT
+ *   runs due before it, unless this process last saw none waiting (then
+ *   its queue is dispatched after the commit if the entry waits); COMMIT
  *
  * On one PostgreSQL all of it is one round trip (the claim sent first, the
  * entry written only if it inserted the run): a duplicate gets its
@@ -74,7 +75,7 @@ export type Enqueued = {
   dispatched: DispatchedRun[];
   /** The claim resumed a failed run: it is back in line for a slot. */
   requeued: boolean;
-  /** The entry was added without the queue's lock: its queue is to be dispatched after the commit. */
+  /** The entry was added without the queue's lock, or waits with no dispatch in its batch: its queue is to be dispatched after the commit. */
   dispatchAfter?: boolean;
 };
 
@@ -82,18 +83,21 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
   const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
-  return first ?? enqueueClaimed(sql, clock, flow, request);
+  if (first && 'claim' in first) return first as Enqueued;
+  const enqueued = await enqueueClaimed(sql, clock, flow, request);
+  // Nothing, as the first batch took no lock without an entry; were it otherwise, those runs are this process's to execute.
+  return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
 }
 
 /**
  * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, the entry
  * (written only if the claim inserted the run), the guarded dispatch, COMMIT.
  * A new run, a replay, a run in progress or parked and a mismatch are
- * answered here; undefined for the rest — a failed run to resume, an expired
- * key or lease — where no entry was written (and no lock taken: the entry
- * takes it), and the claimed path follows.
+ * answered here. For the rest — a failed run to resume, an expired key or
+ * lease — no entry was written (and no lock taken: the entry takes it), and
+ * the claimed path follows.
  */
-async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | undefined> {
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | { dispatched: DispatchedRun[] }> {
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
@@ -101,8 +105,8 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions, request.othersWaiting);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
-    if (!claim) return undefined;
-    if (claim.state !== 'owned') return { claim, dispatched: [], requeued: false };
+    if (!claim) return { dispatched: batch.dispatched(answers) };
+    if (claim.state !== 'owned') return { claim, dispatched: batch.dispatched(answers), requeued: false };
     return { claim, requeued: false, ...started(request, claim, batch, answers) };
   } catch (error) {
     tx.abandon();

@@ -178,7 +178,7 @@ export class FlowControl {
   /** Whether a run waits in `queue` while a slot seems free, once no transaction holds its lock (lifecycle/dispatch.ts). */
   async #worthDispatching(queue: string): Promise<boolean> {
     try {
-      const [row] = await worthDispatchingStatement(this.#sql, queue);
+      const [row] = await worthDispatchingStatement(this.#sql, this.#clock, queue);
       return row?.worth ?? false;
     } catch (error) {
       throw translateDatabaseError(error, 'dispatching queued runs');

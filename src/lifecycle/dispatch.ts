@@ -152,11 +152,11 @@ export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) 
  * Whether `queue` is worth a dispatch: one statement, no transaction of its
  * own. stepkey.worth_dispatching (migration 0018) waits until no
  * transaction holds the queue's lock, then looks in a snapshot taken after:
- * false means no run waits in line while a slot is free, once whoever held
- * the lock has committed.
+ * false means no run waits in line, due by its entry, while a slot is free,
+ * once whoever held the lock has committed.
  */
-export function worthDispatchingStatement(q: Queryable, queue: string) {
-  return q<{ worth: boolean }[]>`select stepkey.worth_dispatching(${queue}::text) as worth`;
+export function worthDispatchingStatement(q: Queryable, clock: Clock, queue: string) {
+  return q<{ worth: boolean }[]>`select stepkey.worth_dispatching(${queue}::text, ${clock.offsetMs}::float8) as worth`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */

@@ -34,7 +34,9 @@ export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, en
                ${now} + ${entry.delayMs}::float8 * interval '1 millisecond',
                g.at_once, case when g.at_once then ${now} end, case when g.at_once then l.lease_token end
           from stepkey.ledger l
-          cross join lateral (select ${grantedAtOnce(q, clock, entry)} as at_once) g
+          -- Lateral on the run's row (the reference to l): decided only for the run this claim
+          -- inserted, never for a duplicate's (the function takes the queue's locks).
+          cross join lateral (select case when l.status = 'in_progress' then ${grantedAtOnce(q, clock, entry)} else false end as at_once) g
          where l.scope = ${ref.scope} and l.key = ${ref.key} and l.lease_token = ${claimedHere}::uuid and l.status = 'in_progress'
         returning holding, partition
       ), served as (
