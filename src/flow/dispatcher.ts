@@ -17,7 +17,7 @@ import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
 import { dispatchedRuns, type DispatchedRun, type FreshRun } from '../lifecycle/dispatch.js';
 import type { Queryable } from '../db/connect.js';
-import type { SlotHandOff } from '../workflow/slot-handoff.js';
+import type { HandOff, SlotHandOff } from '../workflow/slot-handoff.js';
 
 /** A run the enqueue itself started: executed without loading what its caller already holds. */
 export interface OwnRun {
@@ -150,25 +150,38 @@ export class Dispatcher implements SlotHandOff {
     }
   }
 
-  /** The completion of a run holding a slot hands it over: the queue dispatched in the same transaction, if its lock is free. */
-  withCompletion(lease: { scope: string; key: string }, q: Queryable) {
-    const queue = this.#holding.get(idOf(lease));
+  /**
+   * The completion of a run holding a slot hands it over: by a swap, or by
+   * a dispatch under the queue's lock if a run waits and the lock is free
+   * (FlowControl.handOffStatements) — unless this process last saw no run
+   * waiting in the queue: then its end looks after the commit.
+   */
+  withCompletion(lease: { scope: string; key: string }, q: Queryable): HandOff | undefined {
+    const id = idOf(lease);
+    const queue = this.#holding.get(id);
     const host = this.#host;
-    if (queue === undefined || host.closing || this.#waitingSeen.get(queue) === false) return [];
+    if (queue === undefined || host.closing || this.#waitingSeen.get(queue) === false) return undefined;
     // The ending run's own room is free once it has ended.
     const capacity = Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1);
-    return this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
+    const statements = this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
+    return {
+      statements,
+      // The queue is this completion's own: another execution of the same run here (a stale one, taken
+      // over meanwhile) may have ended and let go of the run's entry in #holding by now.
+      after: (answers) => this.#afterHandOff(id, queue, answers),
+    };
   }
 
-  afterCompletion(lease: { scope: string; key: string }, answers: readonly unknown[]): void {
-    const [lock, dispatched] = answers as [readonly { waiting: boolean; name: string | null }[] | undefined, readonly unknown[] | undefined];
-    const holding = this.#holding.get(idOf(lease));
-    if (holding !== undefined && lock?.[0]) this.#waitingSeen.set(holding, lock[0].waiting);
-    // The queue's lock was taken: what its dispatch started is executed here, whatever else happened.
-    const queue = lock?.[0]?.name;
-    if (queue === undefined || queue === null) return;
-    this.#handedOver.add(idOf(lease));
-    this.startDispatched(queue, dispatchedRuns(dispatched));
+  #afterHandOff(id: string, queue: string, answers: readonly unknown[]): void {
+    // A swap's one answer, or the lock's and its dispatch's (FlowControl.handOffStatements).
+    const lock = answers.length === 2 ? (answers[0] as readonly { waiting: boolean; name: string | null }[] | undefined)?.[0] : undefined;
+    const runs = dispatchedRuns(answers[answers.length - 1] as readonly unknown[] | undefined);
+    this.#waitingSeen.set(queue, lock ? lock.waiting : runs.length > 0);
+    // The slot was handed over (the lock taken, or a swap started a run): no look after this end —
+    // if its execution is still here to skip it — and what the dispatch started is executed here.
+    if (answers.length === 2 ? !lock?.name : runs.length === 0) return;
+    if (this.#holding.get(id) === queue) this.#handedOver.add(id);
+    this.startDispatched(queue, runs);
   }
 
   /**

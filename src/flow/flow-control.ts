@@ -122,16 +122,23 @@ export class FlowControl {
   }
 
   /**
-   * A queued run's completion's hand-off: the queue's lock if a run waits in
-   * line and no one holds the lock, and a dispatch that starts runs only if
-   * that lock was taken — sent in the batch that ends with the COMMIT (one
-   * PostgreSQL), so that the lock is held only while the server runs it. A
-   * completion that does not take the lock never waits for it: the queue is
-   * dispatched after its commit (`dispatch`). The first statement answers
-   * { waiting, name } (handOffLockStatement). None on Citus (see dispatchSteps).
+   * A queued run's completion's hand-off, sent in the batch that ends with
+   * its COMMIT (one PostgreSQL). On a queue without a rate or a limit per
+   * partition, a swap: one dispatch that starts at most one run, for the
+   * slot the completion gave back, with no lock (lifecycle/dispatch.ts).
+   * Otherwise the queue's lock if a run waits in line and no one holds the
+   * lock (its answer: { waiting, name }, handOffLockStatement), and a
+   * dispatch that starts runs only if that lock was taken — held only while
+   * the server runs the batch. Either way the last answer is the runs
+   * started; a completion that starts none is followed by a look after its
+   * commit (`dispatch`). None on Citus (see dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];
+    const settings = this.#queues.get(queue);
+    if (settings && settings.perPartition === null && settings.rateLimit === null) {
+      return [dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { swap: true })];
+    }
     return [
       handOffLockStatement(q, queue, this.plans) as unknown as PendingRows,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),

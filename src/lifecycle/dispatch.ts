@@ -15,9 +15,12 @@
  *
  * restricted by the queue's concurrency, each partition's concurrency and the
  * rate bucket. The entry of a run that failed is skipped (it is not in the
- * waiting index) until a resume puts it back in line. Guarantee: under the queue's lock, slots held never exceed the
- * settings on the queue's row; a slot given back (by a transaction that has
- * not committed yet) is at worst counted as still held, never the reverse.
+ * waiting index) until a resume puts it back in line. Guarantee: under the
+ * queue's lock, slots held never exceed the settings on the queue's row; a
+ * slot given back (by a transaction that has not committed yet) is at worst
+ * counted as still held, never the reverse. Without the lock, only a swap: a
+ * completion's one slot, given back in its transaction, to one run (on a
+ * queue without a rate or a limit per partition), which leaves the count as it was.
  * Taking a slot and starting the run — a new lease token (minted by the
  * caller), status in_progress — are one statement, so a slot never exists without its run
  * executing somewhere, and a run that starts from a queue always holds one.
@@ -225,7 +228,7 @@ export function dispatchStatement(
   limit: number,
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
-  options: { guarded?: boolean; unlessGranted?: KeyRef } = {},
+  options: { guarded?: boolean; unlessGranted?: KeyRef; swap?: boolean } = {},
 ) {
   // The statement's time: a dispatch riding a completion late in a long transaction sees the runs enqueued meanwhile.
   const now = sqlStatementNow(q, clock);
@@ -244,6 +247,16 @@ export function dispatchStatement(
   const locked = options.guarded
     ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text ${granted}`
     : q`true`;
+  // `swap`: sent by a queued run's completion that gave its own slot back earlier in the same
+  // transaction, on a queue without a rate or a limit per partition: at most one run started, for the
+  // one slot given back, so the slots held do not grow — no lock needed (a snapshot that misses grants
+  // made meanwhile changes nothing it counts but its own slot). Otherwise the slots free now, only
+  // under the queue's lock.
+  const free = options.swap
+    ? q`case when s.rate_limit is null and s.per_partition is null
+             then least(${limit}::int, 1, greatest(0, s.concurrency - coalesce((select sum(n) from held), 0)))
+             else 0 end`
+    : q`case when ${locked} then ${freeSlots(q, limit)} else 0 end`;
   return q`
     with recursive queued_partitions(partition) as (
       (select partition from stepkey.queue_entries
@@ -263,9 +276,7 @@ export function dispatchStatement(
        where queue = ${queue} and holding
        group by partition
     ), free as (
-      select case when ${locked}
-                  then ${freeSlots(q, limit)}
-                  else 0 end as n
+      select ${free} as n
         from settings s
     ), parts as (
       -- The partitions with queued runs, by a skip scan of the waiting index (one probe per partition).

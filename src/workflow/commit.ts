@@ -35,6 +35,7 @@ import type { OutcomeToStore } from '../ledger/types.js';
 import { refreshRunLeaseStatement } from '../lifecycle/leases.js';
 import { storeTraceContextStatement } from './sql/trace-context.js';
 import type { AttemptWrite } from './effects/attempts.js';
+import type { HandOff } from './slot-handoff.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
@@ -83,10 +84,10 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   // On Citus: the run's slots given back on the coordinator if this commit moves the run.
   let release: Statement | undefined;
   // Sent last with a completion: the run's queue slot handed to the next queued run (slot-handoff.ts).
-  let handOff = 0;
+  let handOff: HandOff | undefined;
   const build = (q: Queryable, more: CommitExtra): Statement[] => {
-    const handing = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease, q) ?? [] : [];
-    handOff = handing.length;
+    handOff = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease, q) : undefined;
+    const handing = handOff?.statements ?? [];
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
@@ -148,7 +149,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   state.buffer.traceToStore = undefined;
   for (const row of committed) state.record.finished.set(row.name, row);
   state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
-  if (handOff > 0) state.deps.slotHandOff?.afterCompletion(state.lease, answers.slice(-handOff));
+  if (handOff && handOff.statements.length > 0) handOff.after(answers.slice(-handOff.statements.length));
   await state.deps.limits?.afterGiveBack(state, giveBack);
   await state.deps.limits?.afterRelease(state, release);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);

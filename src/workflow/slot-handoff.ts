@@ -2,10 +2,11 @@
  * A queue slot handed over at a run's end. A run that holds its queue's slot
  * gives it back in the statement that completes it (lifecycle/holds.ts); the
  * engine that registers the queue (src/flow) may send, in that same
- * transaction, a dispatch of the queue — taken only if no one holds the
- * queue's lock, and held only while the batch runs — so that the next queued run starts
- * with the commit that ended this one, not a transaction later. The workflow
- * layer knows only this plug (`RunDeps.slotHandOff`).
+ * transaction, a dispatch of the queue — a swap of that one slot for the next
+ * run, or a dispatch under the queue's lock, taken only if a run waits and
+ * no one holds it, and held only while the batch runs — so that the next
+ * queued run starts with the commit that ended this one, not a transaction
+ * later. The workflow layer knows only this plug (`RunDeps.slotHandOff`).
  */
 import type postgres from 'postgres';
 import type { Queryable } from '../db/connect.js';
@@ -13,9 +14,15 @@ import type { Lease } from '../ledger/types.js';
 
 type Statement = postgres.PendingQuery<postgres.Row[]>;
 
-export interface SlotHandOff {
-  /** Statements to send last in the commit that completes the run under `lease` (none if it holds no slot). */
-  withCompletion(lease: Lease, q: Queryable): Statement[];
+/** What a completion sends to hand its slot over, and what it does with their answers after the commit. */
+export interface HandOff {
+  /** Statements to send last in the commit that completes the run. */
+  statements: Statement[];
   /** After that commit: what those statements answered, in order. */
-  afterCompletion(lease: Lease, answers: readonly unknown[]): void;
+  after(answers: readonly unknown[]): void;
+}
+
+export interface SlotHandOff {
+  /** The hand-off of the run under `lease`, if it holds a slot (none otherwise). */
+  withCompletion(lease: Lease, q: Queryable): HandOff | undefined;
 }

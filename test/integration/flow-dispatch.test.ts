@@ -55,9 +55,18 @@ const work = gatedWorkflow('flow-dispatch-work');
 /** The same step in a workflow of its own: a process that registers only one of the two cannot start the other's runs. */
 const other = gatedWorkflow('flow-dispatch-other');
 
-/** A queue of one slot (or `concurrency`), a test's own, on an engine that never sweeps during the test: every start below is an enqueue's, an end's or a dispatch after them. */
-function setUp(concurrency = 1) {
-  const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency });
+/**
+ * A queue of one slot (or `concurrency`), a test's own, on an engine that never sweeps during the
+ * test: every start below is an enqueue's, an end's or a dispatch after them. `perPartition`: its runs
+ * in one partition limited to that many slots — an end then hands its slot over under the queue's
+ * lock, not by a swap.
+ */
+function setUp(concurrency = 1, perPartition?: number) {
+  const single = defineQueue({
+    name: uniqueKey('flow-dispatch'),
+    concurrency,
+    ...(perPartition === undefined ? {} : { partitionBy: () => 'one', perPartition: { concurrency: perPartition } }),
+  });
   return { single, e: engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP }) };
 }
 const NO_SWEEP = 3_600_000;
@@ -88,7 +97,7 @@ const lockWaiters = async () =>
 
 describe('a queued run gets its slot', () => {
   it('in its enqueue when one is free, but never ahead of a run due in line before it', async () => {
-    const { single, e } = setUp();
+    const { single, e } = setUp(1, 1);
     const [a, b, c] = ['a', 'b', 'c'].map((name) => ({ scope: 'acme', key: uniqueKey(`line-${name}`) }));
     const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
     expect(first).toMatchObject({ queued: false });
@@ -118,7 +127,7 @@ describe('a queued run gets its slot', () => {
   });
 
   it('from an end and an enqueue that found the queue’s lock held, once it is free', async () => {
-    const { single, e } = setUp();
+    const { single, e } = setUp(1, 1);
     const [a, b] = ['a', 'b'].map((name) => ({ scope: 'acme', key: uniqueKey(`held-${name}`) }));
     const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
     const release = await holdQueueLock(db().sql, single.name);
@@ -137,6 +146,25 @@ describe('a queued run gets its slot', () => {
     }
     expect(await second!.result()).toEqual({ id: b!.key });
     expect(executions.get(b!.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from an end by a swap, with no lock: its slot goes to the next run even while another transaction holds the queue’s lock', async () => {
+    const { single, e } = setUp();
+    const [a, b] = ['a', 'b'].map((name) => ({ scope: 'acme', key: uniqueKey(`swap-${name}`) }));
+    const first = await e.enqueue(work, a!, { id: a!.key, hold: true }, { queue: single });
+    const second = await e.enqueue(work, b!, { id: b!.key }, { queue: single });
+    expect(second).toMatchObject({ queued: true });
+    const release = await holdQueueLock(db().sql, single.name);
+    try {
+      gate(a!.key).open();
+      expect(await first.result()).toEqual({ id: a!.key });
+      // The lock is still held: only the end's swap can have started it.
+      expect(await second.result()).toEqual({ id: b!.key });
+    } finally {
+      await release();
+    }
+    expect([executions.get(a!.key), executions.get(b!.key)]).toEqual([1, 1]);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 

@@ -1,6 +1,7 @@
 /**
  * Flow control across three engines, each with its own pool (as three
- * processes would be): a queue of concurrency 5, 2 per tenant, holds its
+ * processes would be): a queue of concurrency 5, 2 per tenant, and one of
+ * concurrency 5 alone (its ends hand slots over by swaps), hold their
  * limits at every instant — computed from the intervals the runs' steps
  * record — and every run completes once; a tenant that enqueues 2,000 runs
  * does not starve one that enqueues 20 after it; no slot is held once every
@@ -63,6 +64,8 @@ const perTenant = defineQueue<{ tenant: string }>({
   perPartition: { concurrency: 2 },
 });
 const fair = defineQueue<{ tenant: string }>({ name: 'flow-fair', concurrency: 5, partitionBy: (input) => input.tenant });
+/** No limit per partition and no rate: a run's end hands its slot over by a swap, with no lock. */
+const plain = defineQueue({ name: 'flow-plain', concurrency: 5 });
 
 /**
  * Three engines, as three worker processes, each with its own pool and sweeper. Their leases (and
@@ -72,7 +75,7 @@ function threeEngines(): Engine[] {
   return [0, 1, 2].map(() => {
     const pool = connect(url, { max: 6 });
     pools.push(pool);
-    const engine = testEngine(Object.assign(pool, { name: 'flow' }), [work], { queues: [perTenant, fair], maxConcurrentRuns: 4 });
+    const engine = testEngine(Object.assign(pool, { name: 'flow' }), [work], { queues: [perTenant, fair, plain], maxConcurrentRuns: 4 });
     engine.startSweeper();
     return engine;
   });
@@ -121,6 +124,28 @@ describe('three engines', () => {
       select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
     expect(done!.n).toBe(300);
     expect(await slotsHeld(main.sql, 'flow-per-tenant')).toEqual({ held: 0, entries: 0 });
+  }, 1_200_000);
+
+  it('concurrency 5, no partition limit (ends hand over by swaps): never more at one instant; each run once; no slot left', async () => {
+    const engines = threeEngines();
+    const prefix = uniqueKey('swap');
+    const runs = Array.from({ length: 300 }, (_, i) => ({ key: `${prefix}-${i}`, tenant: `t${i % 10}`, pause: 2 + (i % 7) * 3 }));
+    try {
+      await enqueueAll(engines, runs, 'flow-plain');
+      await waitForRunsToEnd(main.sql, prefix, ALL_RUNS_MS);
+    } finally {
+      await Promise.all(engines.map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
+    }
+    const intervals = await readIntervals(main.sql, prefix);
+    const overlap = maxOverlap(intervals);
+    console.log(`flow swaps: at most ${overlap.overall} runs at once`);
+    expect(overlap.overall).toBeLessThanOrEqual(5);
+    expect(overlap.overall).toBeGreaterThan(1);
+    expect(new Set(intervals.map((i) => i.run)).size).toBe(300);
+    const [done] = await main.sql<{ n: number }[]>`
+      select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
+    expect(done!.n).toBe(300);
+    expect(await slotsHeld(main.sql, 'flow-plain')).toEqual({ held: 0, entries: 0 });
   }, 1_200_000);
 
   it('tenant A enqueues 2,000, then tenant B 20: every B run starts before A’s 200th', async () => {
