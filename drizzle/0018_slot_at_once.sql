@@ -42,7 +42,7 @@ END $$;
 -- committed, no run due by its entry waits in line while a slot is free (one not due yet is started
 -- by a sweep once due, as a dispatch now would not start it); any change after the barrier is dispatched
 -- by whoever makes it (an entry added or a slot given back is always followed by a dispatch under
--- the lock, or by this same look after its commit).
+-- the lock, a swap that starts a run in it, or this same look after its commit).
 CREATE FUNCTION "stepkey"."worth_dispatching"(p_queue text, p_offset_ms float8)
   RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

@@ -67,10 +67,13 @@ export class Dispatcher implements SlotHandOff {
   /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
   readonly #handedOver = new Set<string>();
   /**
-   * Per queue, whether runs were last seen waiting in line (unknown: yes). A
-   * completion sends its hand-off only then; otherwise it hands nothing over
-   * and its queue is dispatched after its commit, as for any slot given back
-   * without a hand-off — a hint for cost, never for correctness.
+   * Per queue, whether runs were last seen waiting in line (unknown: yes):
+   * seen by a completion's lock statement, a swap or a dispatch that started
+   * runs, an enqueue whose entry waits. A completion sends its hand-off only
+   * then; otherwise it hands nothing over and its queue is dispatched after
+   * its commit, as for any slot given back without a hand-off — a hint for
+   * cost, never for correctness (a swap that found its run taken by another
+   * says none, and the look after its commit follows).
    */
   readonly #waitingSeen = new Map<string, boolean>();
 

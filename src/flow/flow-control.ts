@@ -130,8 +130,9 @@ export class FlowControl {
    * lock (its answer: { waiting, name }, handOffLockStatement), and a
    * dispatch that starts runs only if that lock was taken — held only while
    * the server runs the batch. Either way the last answer is the runs
-   * started; a completion that starts none is followed by a look after its
-   * commit (`dispatch`). None on Citus (see dispatchSteps).
+   * started; a completion whose swap starts none, or that does not take the
+   * lock, is followed by a look after its commit (`dispatch`). None on Citus
+   * (see dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     if (!this.dispatchesInline) return [];

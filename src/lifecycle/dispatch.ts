@@ -1,11 +1,13 @@
 /**
  * Dispatch: which queued runs get the queue's free slots, decided in SQL.
  *
- * A dispatch is three statements in one transaction: lockQueueStatement and
- * lockQueueRowStatement take the queue's lock (below), then dispatchStatement —
- * with a snapshot taken after the lock, so it sees every slot granted by an
- * earlier dispatch — counts the
- * slots held, picks the runs and starts them. Order of precedence:
+ * A dispatch of its own is three statements in one transaction:
+ * lockQueueStatement and lockQueueRowStatement take the queue's lock (below),
+ * then dispatchStatement — with a snapshot taken after the lock, so it sees
+ * every slot granted by an earlier dispatch — counts the slots held, picks the
+ * runs and starts them. An enqueue's and a completion's ride their
+ * transactions (after the entry's lock, after handOffLockStatement), and a
+ * completion's swap takes no lock (below). Order of precedence:
  *
  *   1. priority, higher first
  *   2. round-robin across partitions: every partition's first queued run
@@ -20,7 +22,9 @@
  * slot given back (by a transaction that has not committed yet) is at worst
  * counted as still held, never the reverse. Without the lock, only a swap: a
  * completion's one slot, given back in its transaction, to one run (on a
- * queue without a rate or a limit per partition), which leaves the count as it was.
+ * queue without a rate or a limit per partition, as the queue's row says in
+ * the swap's snapshot: a settings change committing meanwhile may see one
+ * start under the settings before it), which leaves the count as it was.
  * Taking a slot and starting the run — a new lease token (minted by the
  * caller), status in_progress — are one statement, so a slot never exists without its run
  * executing somewhere, and a run that starts from a queue always holds one.
@@ -219,7 +223,8 @@ export const dispatchedRuns = (rows: readonly unknown[] | undefined): Dispatched
 
 /**
  * Starts up to `limit` queued runs of `queue` whose workflow version is in
- * `versions` (this process can execute them). Only under both of the queue's locks.
+ * `versions` (this process can execute them). Only under both of the queue's
+ * locks — or, as a `swap`, in a completion's transaction that gave back its slot.
  */
 export function dispatchStatement(
   q: Queryable,
@@ -257,6 +262,9 @@ export function dispatchStatement(
              then least(${limit}::int, 1, greatest(0, s.concurrency - coalesce((select sum(n) from held), 0)))
              else 0 end`
     : q`case when ${locked} then ${freeSlots(q, limit)} else 0 end`;
+  // A swap never touches the bucket (it runs only on a queue without a rate: a row that has one since
+  // is not written without the lock).
+  const spends = options.swap ? q`false` : locked;
   return q`
     with recursive queued_partitions(partition) as (
       (select partition from stepkey.queue_entries
@@ -313,16 +321,18 @@ export function dispatchStatement(
        ${queueOrder(q)}
        limit coalesce((select n from free), 0)
     ), locked as (
-      -- Each chosen run's row locked by its primary key (the same probe as above).
+      -- Each chosen run's row locked by its primary key (the same probe as above), and its wait
+      -- checked again on the row as locked: a swap's snapshot, taken without the queue's lock, may
+      -- predate the run's start by another, and its park on a time not come yet.
       select l.scope, l.key
         from chosen c
         cross join lateral (
-          select l.scope, l.key, l.status from stepkey.ledger l
+          select l.scope, l.key, l.status, l.wait_kind, l.wake_at from stepkey.ledger l
            where l.scope = c.scope and l.key = c.key
           offset 0
              for update skip locked
         ) l
-       where l.status = 'waiting'
+       where l.status = 'waiting' and (l.wait_kind = 'slot' or l.wake_at <= ${now})
     ), numbered as (
       select scope, key, row_number() over () as n from locked
     ), started as (
@@ -347,7 +357,7 @@ export function dispatchStatement(
          -- Never moved back: a transaction that began before the last refill does not credit its time again.
          set tokens = s.tokens - (select count(*) from started), refilled_at = greatest(refilled_at, ${now})
         from settings s
-       where queues.name = ${queue} and s.rate_limit is not null and ${locked}
+       where queues.name = ${queue} and s.rate_limit is not null and ${spends}
     )
     select s.scope, s.key, s.lease_token::text as token, s.attempts,
            -- A run with nothing recorded (no step, no attempt, no wait of its own): what executing it
