@@ -98,54 +98,44 @@ async function enqueueAll(engines: Engine[], runs: { key: string; tenant: string
   );
 }
 
+/**
+ * 300 runs of 10 tenants across three engines on `queue`, until each has ended: the most that ran at
+ * one instant (at most 5 in all, and `perTenant` in a tenant if given, and more than 1: the limit is
+ * reached, not kept by running one at a time), every run once and completed, no slot left.
+ */
+async function holdsItsLimits(queue: string, perTenant?: number) {
+  const engines = threeEngines();
+  const prefix = uniqueKey(queue);
+  const runs = Array.from({ length: 300 }, (_, i) => ({ key: `${prefix}-${i}`, tenant: `t${i % 10}`, pause: 2 + (i % 7) * 3 }));
+  try {
+    await enqueueAll(engines, runs, queue);
+    await waitForRunsToEnd(main.sql, prefix, ALL_RUNS_MS);
+  } finally {
+    await Promise.all(engines.map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
+  }
+  const intervals = await readIntervals(main.sql, prefix);
+  const overlap = maxOverlap(intervals);
+  console.log(`${queue}: at most ${overlap.overall} runs at once overall, ${overlap.perTenant} per tenant`);
+  expect(overlap.overall).toBeLessThanOrEqual(5);
+  if (perTenant !== undefined) expect(overlap.perTenant).toBeLessThanOrEqual(perTenant);
+  expect(overlap.overall).toBeGreaterThan(1);
+  // Every run's step ran (a call step runs again only if its run was taken over from a stalled
+  // process: counted, not forbidden — the crash test checks exactly-once tx steps), and every run completed.
+  console.log(`${queue}: ${intervals.length - 300} call executions repeated after a takeover`);
+  expect(new Set(intervals.map((i) => i.run)).size).toBe(300);
+  const [done] = await main.sql<{ n: number }[]>`
+    select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
+  expect(done!.n).toBe(300);
+  expect(await slotsHeld(main.sql, queue)).toEqual({ held: 0, entries: 0 });
+}
+
 describe('three engines', () => {
   it('concurrency 5, 2 per tenant, 10 tenants × 30 runs: never more at one instant; each run once; no slot left', async () => {
-    const engines = threeEngines();
-    const prefix = uniqueKey('conc');
-    const runs = Array.from({ length: 300 }, (_, i) => ({ key: `${prefix}-${i}`, tenant: `t${i % 10}`, pause: 2 + (i % 7) * 3 }));
-    try {
-      await enqueueAll(engines, runs, 'flow-per-tenant');
-      await waitForRunsToEnd(main.sql, prefix, ALL_RUNS_MS);
-    } finally {
-      await Promise.all(engines.map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
-    }
-    const intervals = await readIntervals(main.sql, prefix);
-    const overlap = maxOverlap(intervals);
-    console.log(`flow concurrency: at most ${overlap.overall} runs at once overall, ${overlap.perTenant} per tenant`);
-    expect(overlap.overall).toBeLessThanOrEqual(5);
-    expect(overlap.perTenant).toBeLessThanOrEqual(2);
-    // The limits are reached, not just respected by running one at a time.
-    expect(overlap.overall).toBeGreaterThan(1);
-    // Every run's step ran (a call step runs again only if its run was taken over from a stalled
-    // process: counted, not forbidden — the crash test checks exactly-once tx steps), and every run completed.
-    console.log(`flow concurrency: ${intervals.length - 300} call executions repeated after a takeover`);
-    expect(new Set(intervals.map((i) => i.run)).size).toBe(300);
-    const [done] = await main.sql<{ n: number }[]>`
-      select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
-    expect(done!.n).toBe(300);
-    expect(await slotsHeld(main.sql, 'flow-per-tenant')).toEqual({ held: 0, entries: 0 });
+    await holdsItsLimits('flow-per-tenant', 2);
   }, 1_200_000);
 
   it('concurrency 5, no partition limit (ends hand over by swaps): never more at one instant; each run once; no slot left', async () => {
-    const engines = threeEngines();
-    const prefix = uniqueKey('swap');
-    const runs = Array.from({ length: 300 }, (_, i) => ({ key: `${prefix}-${i}`, tenant: `t${i % 10}`, pause: 2 + (i % 7) * 3 }));
-    try {
-      await enqueueAll(engines, runs, 'flow-plain');
-      await waitForRunsToEnd(main.sql, prefix, ALL_RUNS_MS);
-    } finally {
-      await Promise.all(engines.map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
-    }
-    const intervals = await readIntervals(main.sql, prefix);
-    const overlap = maxOverlap(intervals);
-    console.log(`flow swaps: at most ${overlap.overall} runs at once`);
-    expect(overlap.overall).toBeLessThanOrEqual(5);
-    expect(overlap.overall).toBeGreaterThan(1);
-    expect(new Set(intervals.map((i) => i.run)).size).toBe(300);
-    const [done] = await main.sql<{ n: number }[]>`
-      select count(*)::int as n from stepkey.ledger where kind = 'run' and key like ${prefix + '%'} and status = 'completed' and outcome_ok`;
-    expect(done!.n).toBe(300);
-    expect(await slotsHeld(main.sql, 'flow-plain')).toEqual({ held: 0, entries: 0 });
+    await holdsItsLimits('flow-plain');
   }, 1_200_000);
 
   it('tenant A enqueues 2,000, then tenant B 20: every B run starts before A’s 200th', async () => {
