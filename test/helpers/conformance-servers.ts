@@ -75,6 +75,10 @@ async function operate(operation: Operation, sql: TxSql, scope: string, order: O
 const tenantOf = (authorization: string | null | undefined) => /^Bearer (\S+)$/.exec(authorization ?? '')?.[1] ?? null;
 
 async function listening(server: Server): Promise<string> {
+  // Idle keep-alive sockets are dropped by the client (fetch: after 4 s) long before the server
+  // closes them: on a busy host a request sent on a socket the server was closing at that moment
+  // failed with "other side closed" (the server's default is 5 s).
+  server.keepAliveTimeout = 30_000;
   if (!server.listening) await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }

@@ -155,6 +155,8 @@ describe('enqueue', () => {
     const prefix = uniqueKey('prio');
     const holder = { scope: 'acme', key: `${prefix}-holder` };
     await e.enqueue(work, holder, { id: holder.key, tenant: 't', hold: true }, { queue: single });
+    // The holder is in its step (it started at its enqueue, and reaches its first line after).
+    await expect.poll(() => started.includes(holder.key)).toBe(true);
     const order = [
       ['low', -10],
       ['mid-1', 0],
