@@ -127,7 +127,9 @@ export async function crashTest(options: CrashTestOptions): Promise<CrashReport>
   const runToEnd = async (ref: KeyRef, faults?: string) => {
     const child = spawnChild(['run', options.databaseUrl, ref.scope, ref.key], faults);
     const exit = await child.exited;
-    const line = /STEPKEY_(RESULT|ERROR|REVIEW) ?(.*)/.exec(child.output());
+    // 'exit' can come before the child's last line has been read: wait for the line, or for its
+    // output to end without one (child-process.ts).
+    const line = await child.waitFor(/STEPKEY_(RESULT|ERROR|REVIEW) ?(.*)/, 5_000).catch(() => null);
     return { exit, line };
   };
   const run = Date.now().toString(36);
