@@ -16,7 +16,6 @@ import { enqueueRun } from './enqueue.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
 import { dispatchedRuns, type DispatchedRun, type FreshRun } from '../lifecycle/dispatch.js';
-import type { Queryable } from '../db/connect.js';
 import type { HandOff, SlotHandOff } from '../workflow/slot-handoff.js';
 
 /** A run the enqueue itself started: executed without loading what its caller already holds. */
@@ -159,16 +158,15 @@ export class Dispatcher implements SlotHandOff {
    * (FlowControl.handOffStatements) — unless this process last saw no run
    * waiting in the queue: then its end looks after the commit.
    */
-  withCompletion(lease: { scope: string; key: string }, q: Queryable): HandOff | undefined {
+  withCompletion(lease: { scope: string; key: string }): HandOff | undefined {
     const id = idOf(lease);
     const queue = this.#holding.get(id);
     const host = this.#host;
     if (queue === undefined || host.closing || this.#waitingSeen.get(queue) === false) return undefined;
-    // The ending run's own room is free once it has ended.
-    const capacity = Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1);
-    const statements = this.#flow.handOffStatements(q, queue, capacity, host.leaseMs, host.versions());
     return {
-      statements,
+      count: this.#flow.handOffCount(queue),
+      // The ending run's own room is free once it has ended.
+      statements: (q) => this.#flow.handOffStatements(q, queue, Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1), host.leaseMs, host.versions()),
       // The queue is this completion's own: another execution of the same run here (a stale one, taken
       // over meanwhile) may have ended and let go of the run's entry in #holding by now.
       after: (answers) => this.#afterHandOff(id, queue, answers),

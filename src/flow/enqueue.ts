@@ -102,7 +102,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
   try {
     const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     const lease = { ...request.ref, token: claiming.token };
-    const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, lease), request.capacity, request.leaseMs, request.versions, request.othersWaiting);
+    const batch = enqueueBatch(tx.sql, clock, flow, request, lease);
     const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
     const claim = claiming.answer(claimed);
     if (!claim) return { dispatched: batch.dispatched(answers) };
@@ -132,7 +132,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     }
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
-      const batch = flow.enqueueStatements(tx.sql, request.ref, request.entry.queue, entryStatements(tx.sql, clock, request, claim.lease), request.capacity, request.leaseMs, request.versions, request.othersWaiting);
+      const batch = enqueueBatch(tx.sql, clock, flow, request, claim.lease);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, ...started(request, claim, batch, answers) };
     }
@@ -157,29 +157,29 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
 }
 
 /**
- * An enqueue's entry (one PostgreSQL), sent after its claim: written only for
- * the run claimed under `lease` in this transaction; it takes the queue's
- * lock if a slot seemed free, holds its slot at once when it may, and parks
- * the run if not.
+ * An enqueue's batch (one PostgreSQL), sent after its claim: its entry —
+ * written only for the run claimed under `lease` in this transaction; it
+ * takes the queue's lock if a slot seemed free, holds its slot at once when
+ * it may, and parks the run if not — and the dispatch after it
+ * (FlowControl.enqueueStatements).
  */
-function entryStatements(q: TxSql, clock: Clock, request: EnqueueRequest, lease: Lease) {
-  return [insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>];
+function enqueueBatch(q: TxSql, clock: Clock, flow: FlowControl, request: EnqueueRequest, lease: Lease) {
+  const entry = insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>;
+  return flow.enqueueStatements(q, request.ref, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions, request.othersWaiting);
 }
 
 /**
- * What an enqueue's batch (FlowControl.enqueueStatements around
- * entryStatements) started: its own run, if its entry took a free slot at
- * once (it executes under the claim's lease), and what its dispatch started;
- * and whether its queue is to be dispatched after the commit.
+ * What an enqueue's batch started: its own run, if its entry took a free
+ * slot at once (it executes under the claim's lease), and what its dispatch
+ * started; and whether its queue is to be dispatched after the commit.
  */
 function started(
   request: EnqueueRequest,
   claim: { lease: Lease; attempts: number },
-  batch: ReturnType<FlowControl['enqueueStatements']>,
+  batch: ReturnType<typeof enqueueBatch>,
   answers: readonly unknown[],
 ): { dispatched: DispatchedRun[]; dispatchAfter: boolean } {
-  const [entry] = (batch.entry(answers)[0] ?? []) as { holding: boolean }[];
-  const own = entry?.holding === true ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
+  const own = batch.holding(answers) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
   return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
 }
 

@@ -135,37 +135,42 @@ export class FlowControl {
    * (see dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
-    if (!this.dispatchesInline) return [];
-    const settings = this.#queues.get(queue);
-    if (settings && settings.perPartition === null && settings.rateLimit === null) {
-      return [dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { swap: true })];
-    }
+    const count = this.handOffCount(queue);
+    if (count === 0) return [];
+    if (count === 1) return [dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { swap: true })];
     return [
       handOffLockStatement(q, queue, this.plans) as unknown as PendingRows,
       dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true }),
     ];
   }
 
+  /** How many statements handOffStatements sends for `queue`: a swap's one, the lock's and its dispatch's two, none on Citus. */
+  handOffCount(queue: string): number {
+    if (!this.dispatchesInline) return 0;
+    const settings = this.#queues.get(queue);
+    return settings && settings.perPartition === null && settings.rateLimit === null ? 1 : 2;
+  }
+
   /**
-   * An enqueue's batch (one PostgreSQL), after its `entry` statements (the
-   * first of which takes the queue's lock if a slot seemed free, and may
-   * then take a free slot at once: flow/sql/enqueue.ts, and answers whether
-   * it locked): with `inBatch` (runs may wait in line), a dispatch that
-   * starts runs only if the lock was taken and the entry took none (runs
-   * waited before it). `entry(answers)` says what the entry statements answered,
-   * `dispatched(answers)` what the dispatch started; `afterCommit(answers)`
+   * An enqueue's batch (one PostgreSQL), after its claim: its `entry`
+   * (flow/sql/enqueue.ts: it takes the queue's lock if a slot seemed free,
+   * may take a free slot at once, and answers { holding, locked }), and with
+   * `inBatch` (runs may wait in line) a dispatch that starts runs only if the
+   * lock was taken and the entry took none (runs waited before it).
+   * `holding(answers)` says whether the entry took its slot,
+   * `dispatched(answers)` what the dispatch started, `afterCommit(answers)`
    * whether the queue is to be dispatched after the commit (an entry added
    * without the lock, or left waiting under it with no dispatch in the batch).
    */
-  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: readonly PendingRows[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
-    const statements = inBatch ? [...entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })] : [...entry];
-    const locked = (answers: readonly unknown[]) => (answers[0] as { locked: boolean }[] | undefined)?.[0]?.locked === true;
-    const holding = (answers: readonly unknown[]) => (answers[0] as { holding: boolean }[] | undefined)?.[0]?.holding === true;
+  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: PendingRows, limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
+    const statements = inBatch ? [entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })] : [entry];
+    const answer = (answers: readonly unknown[]) => (answers[0] as { holding: boolean; locked: boolean }[] | undefined)?.[0];
+    const holding = (answers: readonly unknown[]) => answer(answers)?.holding === true;
     return {
       statements,
-      entry: (answers: readonly unknown[]) => answers.slice(0, entry.length),
-      dispatched: (answers: readonly unknown[]) => (inBatch ? dispatchedRuns(answers[statements.length - 1] as readonly unknown[]) : []),
-      afterCommit: (answers: readonly unknown[]) => !locked(answers) || (!inBatch && !holding(answers)),
+      holding,
+      dispatched: (answers: readonly unknown[]) => (inBatch ? dispatchedRuns(answers[1] as readonly unknown[]) : []),
+      afterCommit: (answers: readonly unknown[]) => answer(answers)?.locked !== true || (!inBatch && !holding(answers)),
     };
   }
 

@@ -84,10 +84,10 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   // On Citus: the run's slots given back on the coordinator if this commit moves the run.
   let release: Statement | undefined;
   // Sent last with a completion: the run's queue slot handed to the next queued run (slot-handoff.ts).
-  let handOff: HandOff | undefined;
-  const build = (q: Queryable, more: CommitExtra): Statement[] => {
-    handOff = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease, q) : undefined;
-    const handing = handOff?.statements ?? [];
+  // Asked once; its statements built only on the connection that sends them.
+  const handOff: HandOff | undefined = extra.complete ? state.deps.slotHandOff?.withCompletion(state.lease) : undefined;
+  const build = (q: Queryable, more: CommitExtra, withHandOff = true): Statement[] => {
+    const handing = withHandOff && handOff ? handOff.statements(q) : [];
     const all = placed([...rows, ...(more.rows ?? [])]);
     const writes = [...attempts, ...(more.attempts ?? [])];
     const recording = all.length || writes.length || extra.complete;
@@ -116,9 +116,12 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
       written = [...attempts, ...(more.attempts ?? [])];
       answers = await transaction.commit(...build(transaction.sql, more));
     } else {
-      const statements = build(state.deps.sql, {});
-      if (statements.length === 1) answers = [await statements[0]];
-      else if (statements.length > 1) {
+      // Counted first, without the hand-off's (its dispatch is the costliest to build): one statement
+      // goes alone, more in a transaction of their own, built again on its connection.
+      const statements = build(state.deps.sql, {}, false);
+      const count = statements.length + (handOff?.count ?? 0);
+      if (count === 1) answers = [await statements[0]];
+      else if (count > 1) {
         const fresh = await Transaction.begin(state.deps.sql, { acquireTimeoutMs: state.deps.leaseMs });
         answers = await fresh.commit(...build(fresh.sql, {}));
       }
@@ -149,7 +152,7 @@ export async function commitWaiting(state: RunState, extra: CommitExtra = {}, pr
   state.buffer.traceToStore = undefined;
   for (const row of committed) state.record.finished.set(row.name, row);
   state.record.applyAttempts(written, Date.now() + state.deps.clock.offsetMs, state.lease.token);
-  if (handOff && handOff.statements.length > 0) handOff.after(answers.slice(-handOff.statements.length));
+  if (handOff && handOff.count > 0) handOff.after(answers.slice(-handOff.count));
   await state.deps.limits?.afterGiveBack(state, giveBack);
   await state.deps.limits?.afterRelease(state, release);
   if (deferred) faultPoint('engine.after-step-commit', deferred.label);

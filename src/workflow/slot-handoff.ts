@@ -16,13 +16,15 @@ type Statement = postgres.PendingQuery<postgres.Row[]>;
 
 /** What a completion sends to hand its slot over, and what it does with their answers after the commit. */
 export interface HandOff {
-  /** Statements to send last in the commit that completes the run. */
-  statements: Statement[];
+  /** How many statements `statements` builds (known before they are built). */
+  count: number;
+  /** The statements to send last in the commit that completes the run, built on `q`. */
+  statements(q: Queryable): Statement[];
   /** After that commit: what those statements answered, in order. */
   after(answers: readonly unknown[]): void;
 }
 
 export interface SlotHandOff {
   /** The hand-off of the run under `lease`, if it holds a slot (none otherwise). */
-  withCompletion(lease: Lease, q: Queryable): HandOff | undefined;
+  withCompletion(lease: Lease): HandOff | undefined;
 }
