@@ -12,7 +12,7 @@ import type { Workflow } from '../workflow/define.js';
 import type { Settled } from '../workflow/executor.js';
 import { newRootKey } from '../keys/derive.js';
 import { instrument } from '../telemetry/instrumentation.js';
-import { enqueueRun } from './enqueue.js';
+import { EnqueueGroups } from './enqueue-group.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
 import { dispatchedRuns, type DispatchedRun, type FreshRun } from '../lifecycle/dispatch.js';
@@ -75,10 +75,16 @@ export class Dispatcher implements SlotHandOff {
    * says none, and the look after its commit follows).
    */
   readonly #waitingSeen = new Map<string, boolean>();
+  /** Enqueues on one queue at once from this process: one transaction (flow/enqueue-group.ts). */
+  readonly #groups: EnqueueGroups;
 
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
     this.#flow = flow;
+    this.#groups = new EnqueueGroups(host.sql, host.clock, flow, (queue) => ({
+      capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
+      othersWaiting: this.#waitingSeen.get(queue) !== false,
+    }));
   }
 
   get enabled(): boolean {
@@ -89,11 +95,12 @@ export class Dispatcher implements SlotHandOff {
   async enqueue(definition: Workflow, ref: KeyRef, run: QueuedRun, fingerprints: { fingerprint: string; legacyFingerprint: () => string }): Promise<EnqueueOutcome> {
     const host = this.#host;
     const root = newRootKey(ref.scope, ref.key);
-    const { claim, dispatched, requeued, dispatchAfter } = await enqueueRun(host.sql, host.clock, this.#flow, {
+    const { claim, dispatched, requeued, dispatchAfter } = await this.#groups.enqueue({
       ref,
       claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText, ...(run.deadline ? { deadline: run.deadline } : {}) }, rootKey: root },
       entry: run.entry,
       leaseMs: host.leaseMs,
+      // Read again when its group is sent (EnqueueGroups).
       capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
       othersWaiting: this.#waitingSeen.get(run.entry.queue) !== false,
       versions: host.versions(),

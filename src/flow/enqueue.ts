@@ -36,9 +36,9 @@ import type postgres from 'postgres';
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
 import { Transaction, type TxSql } from '../db/transaction.js';
-import { translateDatabaseError } from '../errors/pg-errors.js';
+import { errorCode, isConnectionError, translateDatabaseError } from '../errors/pg-errors.js';
 import { claimRun, runClaimStatement } from '../lifecycle/claim.js';
-import type { ClaimRequest, ClaimResult, KeyRef, Lease } from '../ledger/types.js';
+import type { ClaimRequest, ClaimResult, KeyRef } from '../ledger/types.js';
 import { parkStatement } from '../lifecycle/park.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import { slotWait } from '../lifecycle/slot-wait.js';
@@ -82,35 +82,87 @@ export type Enqueued = {
 export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
   await flow.ready();
   // One PostgreSQL: the claim sent with the rest, one round trip in all, for a key not claimed before.
-  const first = flow.dispatchesInline ? await enqueuePipelined(sql, clock, flow, request) : undefined;
-  if (first && 'claim' in first) return first as Enqueued;
+  const first = flow.dispatchesInline ? (await enqueuePipelined(sql, clock, flow, [request]))[0] : undefined;
+  return afterPipelined(sql, clock, flow, request, first);
+}
+
+/**
+ * Several enqueues on one queue in one transaction (one PostgreSQL; the
+ * group of flow/enqueue-group.ts): their claims, then their entries, then
+ * one dispatch, one round trip and one commit for all — the queue's lock
+ * taken once, by the first entry that finds a slot free, and held for one
+ * commit instead of one each. Claims first: a transaction never waits for
+ * another's claim while it holds the queue's lock (a claim never waits: a key
+ * another transaction is claiming is answered 'in progress'). Each request
+ * gets what it would have alone; a request the batch could not answer (a
+ * claim's rare paths) goes on alone. If the transaction fails with an error
+ * of the database (a statement's, not the connection's), nothing of it was
+ * written and each request is sent alone, so that each gets its own answer.
+ */
+export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, requests: readonly EnqueueRequest[]): Promise<PromiseSettledResult<Enqueued>[]> {
+  await flow.ready();
+  if (requests.length === 1 || !flow.dispatchesInline) return Promise.allSettled(requests.map((request) => enqueueRun(sql, clock, flow, request)));
+  let firsts: Pipelined[];
+  try {
+    firsts = await enqueuePipelined(sql, clock, flow, requests);
+  } catch (error) {
+    if (isConnectionError(error) || !/^[0-9A-Z]{5}$/.test(errorCode(error) ?? '')) {
+      return requests.map(() => ({ status: 'rejected', reason: error }));
+    }
+    return Promise.allSettled(requests.map((request) => enqueueRun(sql, clock, flow, request)));
+  }
+  return Promise.allSettled(requests.map((request, i) => afterPipelined(sql, clock, flow, request, firsts[i])));
+}
+
+/** What the pipelined batch answered, or, for a claim's rare path, only what its dispatch started. */
+type Pipelined = Enqueued | { dispatched: DispatchedRun[] };
+
+async function afterPipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest, first: Pipelined | undefined): Promise<Enqueued> {
+  if (first && 'claim' in first) return first;
   const enqueued = await enqueueClaimed(sql, clock, flow, request);
   // Nothing, as the first batch took no lock without an entry; were it otherwise, those runs are this process's to execute.
   return first ? { ...enqueued, dispatched: [...first.dispatched, ...enqueued.dispatched] } : enqueued;
 }
 
 /**
- * The enqueue in one round trip (one PostgreSQL): BEGIN, the claim, the entry
- * (written only if the claim inserted the run), the guarded dispatch, COMMIT.
- * A new run, a replay, a run in progress or parked and a mismatch are
- * answered here. For the rest — a failed run to resume, an expired key or
- * lease — no entry was written (and no lock taken: the entry takes it), and
- * the claimed path follows.
+ * Enqueues in one round trip (one PostgreSQL): BEGIN, the claims, the
+ * entries (each written only if its claim inserted the run), the guarded
+ * dispatch, COMMIT. A new run, a replay, a run in progress or parked and a
+ * mismatch are answered here. For the rest — a failed run to resume, an
+ * expired key or lease — no entry was written (and no lock taken: the entry
+ * takes it), and the claimed path follows. The runs the dispatch started go
+ * to the request whose run each is, the rest (and the dispatch after the
+ * commit) to the last request answered here.
  */
-async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued | { dispatched: DispatchedRun[] }> {
-  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
+async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, requests: readonly EnqueueRequest[]): Promise<Pipelined[]> {
+  const last = requests[requests.length - 1]!;
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: last.leaseMs });
   try {
-    const claiming = runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
-    const lease = { ...request.ref, token: claiming.token };
-    const batch = enqueueBatch(tx.sql, clock, flow, request, lease);
-    const [claimed, ...answers] = await tx.commit(claiming.statement, ...batch.statements);
-    const claim = claiming.answer(claimed);
-    if (!claim) return { dispatched: batch.dispatched(answers) };
-    if (claim.state !== 'owned') return { claim, dispatched: batch.dispatched(answers), requeued: false };
-    return { claim, requeued: false, ...started(request, claim, batch, answers) };
+    const claims = requests.map((request) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }));
+    const entries = requests.map((request, i) => ({
+      ref: request.ref,
+      statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, claims[i]!.token) as postgres.PendingQuery<postgres.Row[]>,
+    }));
+    const batch = flow.enqueueStatements(tx.sql, last.entry.queue, entries, last.capacity, last.leaseMs, last.versions, last.othersWaiting);
+    const answers = await tx.commit(...claims.map((claim) => claim.statement), ...batch.statements);
+    const entryAnswers = answers.slice(claims.length);
+    const dispatched = batch.dispatched(entryAnswers);
+    const results: Pipelined[] = requests.map((request, i) => {
+      const claim = claims[i]!.answer(answers[i] as readonly unknown[]);
+      const mine = dispatched.filter((run) => run.scope === request.ref.scope && run.key === request.ref.key);
+      if (!claim) return { dispatched: mine };
+      if (claim.state !== 'owned') return { claim, dispatched: mine, requeued: false };
+      const own = batch.holding(entryAnswers, i) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
+      return { claim, requeued: false, dispatched: [...own, ...mine] };
+    });
+    // The rest of what the dispatch started, and the dispatch owed after the commit: the last request answered here takes them.
+    const others = dispatched.filter((run) => !requests.some((request) => run.scope === request.ref.scope && run.key === request.ref.key));
+    const taker = results.findLast((result) => 'claim' in result) ?? results[results.length - 1]!;
+    results[results.indexOf(taker)] = { ...taker, dispatched: [...taker.dispatched, ...others], ...('claim' in taker ? { dispatchAfter: batch.afterCommit(entryAnswers) } : {}) };
+    return results;
   } catch (error) {
     tx.abandon();
-    throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
+    throw translateDatabaseError(error, `enqueueing on queue '${last.entry.queue}'`);
   }
 }
 
@@ -132,9 +184,11 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     }
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
-      const batch = enqueueBatch(tx.sql, clock, flow, request, claim.lease);
+      const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token) as postgres.PendingQuery<postgres.Row[]>;
+      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ ref: request.ref, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
-      return { claim, requeued: false, ...started(request, claim, batch, answers) };
+      const own = batch.holding(answers, 0) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
+      return { claim, requeued: false, dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
     }
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
@@ -154,33 +208,6 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);
   }
-}
-
-/**
- * An enqueue's batch (one PostgreSQL), sent after its claim: its entry —
- * written only for the run claimed under `lease` in this transaction; it
- * takes the queue's lock if a slot seemed free, holds its slot at once when
- * it may, and parks the run if not — and the dispatch after it
- * (FlowControl.enqueueStatements).
- */
-function enqueueBatch(q: TxSql, clock: Clock, flow: FlowControl, request: EnqueueRequest, lease: Lease) {
-  const entry = insertEntryStatement(q, clock, request.ref, request.entry, lease.token) as postgres.PendingQuery<postgres.Row[]>;
-  return flow.enqueueStatements(q, request.ref, request.entry.queue, entry, request.capacity, request.leaseMs, request.versions, request.othersWaiting);
-}
-
-/**
- * What an enqueue's batch started: its own run, if its entry took a free
- * slot at once (it executes under the claim's lease), and what its dispatch
- * started; and whether its queue is to be dispatched after the commit.
- */
-function started(
-  request: EnqueueRequest,
-  claim: { lease: Lease; attempts: number },
-  batch: ReturnType<typeof enqueueBatch>,
-  answers: readonly unknown[],
-): { dispatched: DispatchedRun[]; dispatchAfter: boolean } {
-  const own = batch.holding(answers) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
-  return { dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
 }
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */

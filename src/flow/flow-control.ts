@@ -152,25 +152,34 @@ export class FlowControl {
   }
 
   /**
-   * An enqueue's batch (one PostgreSQL), after its claim: its `entry`
-   * (flow/sql/enqueue.ts: it takes the queue's lock if a slot seemed free,
-   * may take a free slot at once, and answers { holding, locked }), and with
+   * The entries of enqueues on `queue` in one transaction (one PostgreSQL),
+   * after their claims (flow/sql/enqueue.ts: each takes the queue's lock if a
+   * slot seemed free — the first to take it holds it for the rest — may take
+   * a free slot at once, and answers { holding, locked }), and with
    * `inBatch` (runs may wait in line) a dispatch that starts runs only if the
-   * lock was taken and the entry took none (runs waited before it).
-   * `holding(answers)` says whether the entry took its slot,
+   * lock was taken and the last entry took none (runs waited before it).
+   * `holding(answers, i)` says whether entry i took its slot,
    * `dispatched(answers)` what the dispatch started, `afterCommit(answers)`
-   * whether the queue is to be dispatched after the commit (an entry added
-   * without the lock, or left waiting under it with no dispatch in the batch).
+   * whether the queue is to be dispatched after the commit (an entry waits,
+   * and no dispatch under the lock followed it in the batch).
    */
-  enqueueStatements(q: Queryable, ref: KeyRef, queue: string, entry: PendingRows, limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
-    const statements = inBatch ? [entry, dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: ref })] : [entry];
-    const answer = (answers: readonly unknown[]) => (answers[0] as { holding: boolean; locked: boolean }[] | undefined)?.[0];
-    const holding = (answers: readonly unknown[]) => answer(answers)?.holding === true;
+  enqueueStatements(q: Queryable, queue: string, entries: readonly { ref: KeyRef; statement: PendingRows }[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
+    const last = entries[entries.length - 1]!;
+    const statements = inBatch
+      ? [...entries.map((entry) => entry.statement), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: last.ref })]
+      : entries.map((entry) => entry.statement);
+    // An entry's one row, or none: its claim did not insert the run (a duplicate, a mismatch).
+    const answer = (answers: readonly unknown[], i: number) => (answers[i] as { holding: boolean; locked: boolean }[] | undefined)?.[0];
+    const written = (answers: readonly unknown[]) => entries.map((_, i) => answer(answers, i)).filter((row) => row !== undefined);
     return {
       statements,
-      holding,
-      dispatched: (answers: readonly unknown[]) => (inBatch ? dispatchedRuns(answers[1] as readonly unknown[]) : []),
-      afterCommit: (answers: readonly unknown[]) => answer(answers)?.locked !== true || (!inBatch && !holding(answers)),
+      holding: (answers: readonly unknown[], i: number) => answer(answers, i)?.holding === true,
+      dispatched: (answers: readonly unknown[]) => (inBatch ? dispatchedRuns(answers[entries.length] as readonly unknown[]) : []),
+      // The lock, once taken, is noted for the rest of the transaction: the dispatch after the last entry ran under it.
+      afterCommit: (answers: readonly unknown[]) => {
+        const rows = written(answers);
+        return rows.some((row) => !row.holding) && !(inBatch && rows.some((row) => row.locked));
+      },
     };
   }
 
