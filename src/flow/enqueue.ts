@@ -1,6 +1,8 @@
 /**
  * engine.enqueue's transaction: the run's claim, its queue entry and its park
- * (waiting for a slot), committed together.
+ * (waiting for a slot), committed together — on one PostgreSQL with those of
+ * the other enqueues its process makes on the queue at the same time
+ * (enqueue-group.ts, enqueueRuns below).
  *
  *   BEGIN; claim (scope, key)
  *   the entry — one statement, which first takes the queue's lock, waited
@@ -152,8 +154,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
       const mine = dispatched.filter((run) => run.scope === request.ref.scope && run.key === request.ref.key);
       if (!claim) return { dispatched: mine };
       if (claim.state !== 'owned') return { claim, dispatched: mine, requeued: false };
-      const own = batch.holding(entryAnswers, i) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
-      return { claim, requeued: false, dispatched: [...own, ...mine] };
+      return { claim, requeued: false, dispatched: [...ownIfHolding(batch.holding(entryAnswers, i), request, claim), ...mine] };
     });
     // The rest of what the dispatch started, and the dispatch owed after the commit: the last request answered here takes them.
     const others = dispatched.filter((run) => !requests.some((request) => run.scope === request.ref.scope && run.key === request.ref.key));
@@ -164,6 +165,11 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${last.entry.queue}'`);
   }
+}
+
+/** An enqueue's own run, if its entry took a free slot at once: it executes under the claim's lease. */
+function ownIfHolding(holding: boolean, request: EnqueueRequest, claim: { lease: { token: string }; attempts: number }): DispatchedRun[] {
+  return holding ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
 }
 
 /** The enqueue whose claim goes first, on its own: on Citus, and for a claim's rare paths (a failed run resumed, an expired key or lease). */
@@ -187,8 +193,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
       const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token) as postgres.PendingQuery<postgres.Row[]>;
       const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ ref: request.ref, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
-      const own = batch.holding(answers, 0) ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
-      return { claim, requeued: false, dispatched: [...own, ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
+      return { claim, requeued: false, dispatched: [...ownIfHolding(batch.holding(answers, 0), request, claim), ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
     }
     const entry = [
       insertEntryStatement(tx.sql, clock, request.ref, request.entry),
