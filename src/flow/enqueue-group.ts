@@ -15,11 +15,11 @@
  * the group's transaction sends each one alone: enqueueRuns). The same key
  * twice is never in one group: the second waits for the next. A group sends
  * at most MAX_GROUP enqueues; the rest wait for the one after. On Citus every
- * enqueue goes alone (its dispatch takes statements of its own).
+ * enqueue goes alone and at once (its dispatch takes statements of its own).
  */
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { enqueueRuns, type Enqueued, type EnqueueRequest } from './enqueue.js';
+import { enqueueRun, enqueueRuns, type Enqueued, type EnqueueRequest } from './enqueue.js';
 import type { FlowControl } from './flow-control.js';
 
 /** The most enqueues in one transaction. */
@@ -52,7 +52,10 @@ export class EnqueueGroups {
   }
 
   /** Enqueues `request` with whatever else this process enqueues on its queue meanwhile. */
-  enqueue(request: EnqueueRequest): Promise<Enqueued> {
+  async enqueue(request: EnqueueRequest): Promise<Enqueued> {
+    await this.#flow.ready();
+    // On Citus every enqueue goes alone and at once: nothing to wait for.
+    if (!this.#flow.dispatchesInline) return enqueueRun(this.#sql, this.#clock, this.#flow, request);
     return new Promise<Enqueued>((resolve, reject) => {
       const queue = request.entry.queue;
       const waiting = this.#waiting.get(queue);
