@@ -81,10 +81,12 @@ export class Dispatcher implements SlotHandOff {
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
     this.#flow = flow;
-    this.#groups = new EnqueueGroups(host.sql, host.clock, flow, (queue) => ({
-      capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
-      othersWaiting: this.#waitingSeen.get(queue) !== false,
-    }));
+    this.#groups = new EnqueueGroups(host.sql, host.clock, flow, {
+      state: (queue) => ({ capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns), othersWaiting: this.#waitingSeen.get(queue) !== false }),
+      get closing() {
+        return host.closing;
+      },
+    });
   }
 
   get enabled(): boolean {

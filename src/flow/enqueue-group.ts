@@ -12,21 +12,30 @@
  * for the lock share one turn.
  *
  * Each caller gets its own answer, as if it had enqueued alone (a failure of
- * the group's transaction sends each one alone: enqueueRuns). The same key
- * twice is never in one group: the second waits for the next. A group sends
- * at most MAX_GROUP enqueues; the rest wait for the one after. On Citus every
- * enqueue goes alone and at once (its dispatch takes statements of its own).
+ * the group's transaction sends each one alone: enqueueRuns); a request that
+ * is not a valid claim fails on its own before it joins. The same key twice
+ * is never in one group: the second waits for the next. A group sends at
+ * most MAX_GROUP enqueues; the rest wait for the one after. Enqueues still
+ * waiting when the engine begins to shut down are refused (shutting_down),
+ * as a call made then would be. On Citus every enqueue goes alone and at
+ * once (its dispatch takes statements of its own).
  */
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
+import { assertValidClaim } from '../ledger/claim.js';
 import { enqueueRun, enqueueRuns, type Enqueued, type EnqueueRequest } from './enqueue.js';
 import type { FlowControl } from './flow-control.js';
 
 /** The most enqueues in one transaction. */
 export const MAX_GROUP = 64;
 
-/** What a group reads when it is sent, not when its enqueues arrived: the process's room and its hint of runs waiting (see EnqueueRequest). */
-export type GroupState = (queue: string) => Pick<EnqueueRequest, 'capacity' | 'othersWaiting'>;
+/** What the group needs of its process, read when a group is sent (not when its enqueues arrived). */
+export interface GroupHost {
+  /** The process's room and its hint of runs waiting in `queue` (see EnqueueRequest). */
+  state(queue: string): Pick<EnqueueRequest, 'capacity' | 'othersWaiting'>;
+  readonly closing: boolean;
+}
 
 interface Waiting {
   request: EnqueueRequest;
@@ -40,19 +49,20 @@ export class EnqueueGroups {
   readonly #sql: Sql;
   readonly #clock: Clock;
   readonly #flow: FlowControl;
-  readonly #state: GroupState;
+  readonly #host: GroupHost;
   /** Per queue with a group in flight: the enqueues waiting for the next. */
   readonly #waiting = new Map<string, Waiting[]>();
 
-  constructor(sql: Sql, clock: Clock, flow: FlowControl, state: GroupState) {
+  constructor(sql: Sql, clock: Clock, flow: FlowControl, host: GroupHost) {
     this.#sql = sql;
     this.#clock = clock;
     this.#flow = flow;
-    this.#state = state;
+    this.#host = host;
   }
 
   /** Enqueues `request` with whatever else this process enqueues on its queue meanwhile. */
   async enqueue(request: EnqueueRequest): Promise<Enqueued> {
+    assertValidClaim(request.claim);
     await this.#flow.ready();
     // On Citus every enqueue goes alone and at once: nothing to wait for.
     if (!this.#flow.dispatchesInline) return enqueueRun(this.#sql, this.#clock, this.#flow, request);
@@ -69,8 +79,15 @@ export class EnqueueGroups {
   }
 
   #send(queue: string, group: Waiting[]): void {
-    const state = this.#state(queue);
-    const requests = group.map(({ request }) => ({ ...request, ...state }));
+    let requests: EnqueueRequest[];
+    try {
+      const state = this.#host.state(queue);
+      requests = group.map(({ request }) => ({ ...request, ...state }));
+    } catch (error) {
+      group.forEach((waiting) => waiting.reject(error));
+      this.#next(queue);
+      return;
+    }
     enqueueRuns(this.#sql, this.#clock, this.#flow, requests)
       .then(
         (results) => results.forEach((result, i) => (result.status === 'fulfilled' ? group[i]!.resolve(result.value) : group[i]!.reject(result.reason))),
@@ -82,8 +99,10 @@ export class EnqueueGroups {
   /** The next group of `queue`: the enqueues that waited, in order, one per key, at most MAX_GROUP. */
   #next(queue: string): void {
     const waiting = this.#waiting.get(queue) ?? [];
-    if (waiting.length === 0) {
+    if (waiting.length === 0 || this.#host.closing) {
       this.#waiting.delete(queue);
+      const refused = new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+      waiting.forEach((item) => item.reject(refused));
       return;
     }
     const group: Waiting[] = [];

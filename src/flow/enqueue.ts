@@ -99,7 +99,10 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
  * gets what it would have alone; a request the batch could not answer (a
  * claim's rare paths) goes on alone. If the transaction fails with an error
  * of the database (a statement's, not the connection's), nothing of it was
- * written and each request is sent alone, so that each gets its own answer.
+ * written and each request is sent alone, in order, so that each gets its
+ * own answer. Each request's claim is checked (ledger/claim.ts,
+ * assertValidClaim) before it joins a group: a group fails only on the
+ * database.
  */
 export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, requests: readonly EnqueueRequest[]): Promise<PromiseSettledResult<Enqueued>[]> {
   await flow.ready();
@@ -111,7 +114,13 @@ export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, req
     if (isConnectionError(error) || !/^[0-9A-Z]{5}$/.test(errorCode(error) ?? '')) {
       return requests.map(() => ({ status: 'rejected', reason: error }));
     }
-    return Promise.allSettled(requests.map((request) => enqueueRun(sql, clock, flow, request)));
+    // One after another, in the order they came: their entries keep their places in line, and the
+    // pool is not drained by a group's worth of transactions at once.
+    const alone: PromiseSettledResult<Enqueued>[] = [];
+    for (const request of requests) {
+      alone.push(...(await Promise.allSettled([enqueueRun(sql, clock, flow, request)])));
+    }
+    return alone;
   }
   return Promise.allSettled(requests.map((request, i) => afterPipelined(sql, clock, flow, request, firsts[i])));
 }
@@ -142,7 +151,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
   try {
     const claims = requests.map((request) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }));
     const entries = requests.map((request, i) => ({
-      ref: request.ref,
+      lease: { ...request.ref, token: claims[i]!.token },
       statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, claims[i]!.token) as postgres.PendingQuery<postgres.Row[]>,
     }));
     const batch = flow.enqueueStatements(tx.sql, last.entry.queue, entries, last.capacity, last.leaseMs, last.versions, last.othersWaiting);
@@ -191,7 +200,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
       const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token) as postgres.PendingQuery<postgres.Row[]>;
-      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ ref: request.ref, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
+      const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ lease: claim.lease, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, dispatched: [...ownIfHolding(batch.holding(answers, 0), request, claim), ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };
     }

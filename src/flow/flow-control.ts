@@ -11,7 +11,7 @@ import { Transaction, type TxSql } from '../db/transaction.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
 import type { Queue } from './define-queue.js';
-import type { KeyRef } from '../ledger/types.js';
+import type { Lease } from '../ledger/types.js';
 import { dispatchStatement, dispatchedRuns, lockQueueRowStatement, lockQueueStatement, tryLockQueueStatement, handOffLockStatement, worthDispatchingStatement, type DispatchedRun, type Plans } from '../lifecycle/dispatch.js';
 import { dispatchDistributed } from '../lifecycle/dispatch-distributed.js';
 import { tablesDistributed } from '../db/citus.js';
@@ -157,16 +157,17 @@ export class FlowControl {
    * slot seemed free — the first to take it holds it for the rest — may take
    * a free slot at once, and answers { holding, locked }), and with
    * `inBatch` (runs may wait in line) a dispatch that starts runs only if the
-   * lock was taken and the last entry took none (runs waited before it).
+   * lock was taken and the last entry did not take a slot under its claim's
+   * lease (`lease`: runs waited before it, or it wrote no entry).
    * `holding(answers, i)` says whether entry i took its slot,
    * `dispatched(answers)` what the dispatch started, `afterCommit(answers)`
    * whether the queue is to be dispatched after the commit (an entry waits,
    * and no dispatch under the lock followed it in the batch).
    */
-  enqueueStatements(q: Queryable, queue: string, entries: readonly { ref: KeyRef; statement: PendingRows }[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
+  enqueueStatements(q: Queryable, queue: string, entries: readonly { lease: Lease; statement: PendingRows }[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
     const last = entries[entries.length - 1]!;
     const statements = inBatch
-      ? [...entries.map((entry) => entry.statement), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: last.ref })]
+      ? [...entries.map((entry) => entry.statement), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: last.lease })]
       : entries.map((entry) => entry.statement);
     // An entry's one row, or none: its claim did not insert the run (a duplicate, a mismatch).
     const answer = (answers: readonly unknown[], i: number) => (answers[i] as { holding: boolean; locked: boolean }[] | undefined)?.[0];

@@ -32,7 +32,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow, sqlStatementNow } from '../db/clock.js';
-import type { KeyRef, RunColumns } from '../ledger/types.js';
+import type { Lease, RunColumns } from '../ledger/types.js';
 
 export interface DispatchedRun {
   scope: string;
@@ -233,7 +233,7 @@ export function dispatchStatement(
   limit: number,
   leaseMs: number,
   versions: readonly { name: string; version: number }[],
-  options: { guarded?: boolean; unlessGranted?: KeyRef; swap?: boolean } = {},
+  options: { guarded?: boolean; unlessGranted?: Lease; swap?: boolean } = {},
 ) {
   // The statement's time: a dispatch riding a completion late in a long transaction sees the runs enqueued meanwhile.
   const now = sqlStatementNow(q, clock);
@@ -243,11 +243,13 @@ export function dispatchStatement(
   // (lockQueueRowStatement when a run waits, handOffLockStatement when it took the lock, an enqueue's
   // entry when stepkey.slot_at_once took it), it starts
   // nothing and writes nothing unless that statement did (its own snapshot, taken after, sees every grant).
-  // `unlessGranted`: an enqueue's run whose entry took a free slot at once (flow/sql/enqueue.ts) —
-  // no run waited before it, so there is nothing more to start.
+  // `unlessGranted`: the last entry of an enqueue's transaction took a free slot at once, under its
+  // claim's lease token (flow/sql/enqueue.ts) — no run waited before it, so there is nothing more to
+  // start. By its token: an older entry of the same key (a duplicate's run holding its slot) says nothing.
   const granted = options.unlessGranted
     ? q`and not exists (select 1 from stepkey.queue_entries g
-                         where g.scope = ${options.unlessGranted.scope} and g.key = ${options.unlessGranted.key} and g.holding)`
+                         where g.scope = ${options.unlessGranted.scope} and g.key = ${options.unlessGranted.key}
+                           and g.holding and g.granted_token = ${options.unlessGranted.token}::uuid)`
     : q``;
   const locked = options.guarded
     ? q`current_setting('stepkey.dispatching', true) is not distinct from ${queue}::text ${granted}`

@@ -15,6 +15,7 @@ import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
+import type { Sql } from '../../src/db/connect.js';
 
 const db = useTestDatabase();
 const { gate, openAll } = gates();
@@ -28,7 +29,7 @@ const mostRunning = new Map<string, number>();
 const work = defineWorkflow({
   name: 'flow-group-work',
   version: 1,
-  input: z.object({ id: z.string(), queue: z.string(), hold: z.boolean().default(false) }),
+  input: z.object({ id: z.string(), queue: z.string(), hold: z.boolean().default(false), tenant: z.string().default('') }),
   steps: { only: step('only.v1') },
   async run({ input, steps }) {
     await steps.only.call(async () => {
@@ -52,6 +53,34 @@ function setUp(concurrency: number) {
   const queue = defineQueue({ name: uniqueKey('flow-group'), concurrency });
   return { queue, e: engineFor([work], { queues: [queue] }) };
 }
+
+/** A step reached: executions counted it. */
+async function reached(id: string): Promise<void> {
+  const deadline = Date.now() + PATIENCE_MS;
+  while (!executions.has(id)) {
+    if (Date.now() > deadline) throw new Error(`run '${id}' never reached its step`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** Holds the queue's lock in a transaction of its own (as another process's enqueue in flight would) until the returned function is called. */
+async function holdQueueLock(sql: Sql, queue: string) {
+  const holder = await sql.reserve();
+  await holder`begin`;
+  await holder`select pg_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${queue}, 0))`;
+  return async () => {
+    try {
+      await holder`commit`;
+    } finally {
+      holder.release();
+    }
+  };
+}
+
+const lockWaiters = async () =>
+  (await db().sql<{ n: number }[]>`
+    select count(*)::int as n from pg_locks
+     where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())`)[0]!.n;
 
 /** The distinct transaction times the runs of `prefix` were created at: one per transaction that enqueued them. */
 async function transactionsOf(prefix: string): Promise<number> {
@@ -78,18 +107,20 @@ describe('enqueues on one queue at once, from one process', () => {
 
   it('answers each caller as if alone: a duplicate, a mismatch and new runs in one group', async () => {
     const { queue, e } = setUp(1);
-    const held = uniqueKey('held');
+    const [held, waiting] = [uniqueKey('held'), uniqueKey('waiting')];
     const holder = await e.enqueue(work, { scope: 'group', key: held }, { id: held, queue: queue.name, hold: true }, { queue });
-    // A run holds the only slot (in flight): what follows waits its turn, in groups.
-    // The first new run goes alone; the duplicate goes in the next group with new runs, and the
-    // mismatch (the same key again) in the one after.
+    const queued = await e.enqueue(work, { scope: 'group', key: waiting }, { id: waiting, queue: queue.name }, { queue });
+    expect(queued.queued).toBe(true);
+    // A run holds the only slot: what follows waits its turn. The first new run goes alone; the
+    // rest go together — a retry of the running run, a reuse of the waiting run's key with another
+    // input, and new runs.
     const fresh = Array.from({ length: 6 }, () => uniqueKey('fresh'));
     const enqueueFresh = (id: string) => e.enqueue(work, { scope: 'group', key: id }, { id, queue: queue.name }, { queue });
     const [first, again, second, mismatch, ...rest] = await Promise.allSettled([
       enqueueFresh(fresh[0]!),
       e.enqueue(work, { scope: 'group', key: held }, { id: held, queue: queue.name, hold: true }, { queue }),
       enqueueFresh(fresh[1]!),
-      e.enqueue(work, { scope: 'group', key: held }, { id: 'another input', queue: queue.name }, { queue }),
+      e.enqueue(work, { scope: 'group', key: waiting }, { id: 'another input', queue: queue.name }, { queue }),
       ...fresh.slice(2).map(enqueueFresh),
     ]);
     const news = [first!, second!, ...rest];
@@ -98,10 +129,15 @@ describe('enqueues on one queue at once, from one process', () => {
     expect((mismatch as PromiseRejectedResult).reason).toBeInstanceOf(StepkeyError);
     expect(((mismatch as PromiseRejectedResult).reason as StepkeyError).code).toBe('mismatch');
     expect(news.every((result) => result.status === 'fulfilled' && result.value.started && result.value.queued)).toBe(true);
+    // They went together: the group's runs share one transaction's time.
+    const [row] = await db().sql<{ n: number }[]>`
+      select count(distinct created_at)::int as n from stepkey.ledger where scope = 'group' and key = any(${fresh.slice(1)})`;
+    expect(row!.n).toBe(1);
     gate(held).open();
     expect(await holder.result()).toEqual({ id: held });
+    await queued.result();
     for (const result of news) expect(await (result as PromiseFulfilledResult<Awaited<ReturnType<typeof e.enqueue>>>).value.result()).toBeDefined();
-    expect([held, ...fresh].map((id) => executions.get(id))).toEqual([held, ...fresh].map(() => 1));
+    expect([held, waiting, ...fresh].map((id) => executions.get(id))).toEqual([held, waiting, ...fresh].map(() => 1));
     expect(mostRunning.get(queue.name)).toBe(1);
   });
 
@@ -138,5 +174,64 @@ describe('enqueues on one queue at once, from one process', () => {
     } finally {
       await sql.unsafe('drop trigger flow_group_poison on stepkey.queue_entries');
     }
+  }, PATIENCE_MS);
+
+  it('a group whose last enqueue is a duplicate of a running run still starts what the others left waiting', async () => {
+    // Concurrency 3, one slot per tenant; no sweep, so every start is an enqueue's or a dispatch's.
+    const tenants = defineQueue<{ tenant: string }>({
+      name: uniqueKey('flow-group-tenants'),
+      concurrency: 3,
+      partitionBy: (input) => input.tenant,
+      perPartition: { concurrency: 1 },
+    });
+    const e = engineFor([work], { queues: [tenants], sweepIntervalMs: 3_600_000 });
+    const input = (id: string, tenant: string, hold = false) => ({ id, queue: tenants.name, tenant, hold });
+    const [held, waiting, other, fresh] = ['held', 'waiting', 'other', 'fresh'].map((name) => uniqueKey(name)) as [string, string, string, string];
+    await e.enqueue(work, { scope: 'group', key: held }, input(held, 'p', true), { queue: tenants });
+    await reached(held);
+    // Tenant p is full: this one waits, due, at the head of the line.
+    const queued = await e.enqueue(work, { scope: 'group', key: waiting }, input(waiting, 'p'), { queue: tenants });
+    expect(queued.queued).toBe(true);
+    // Three at once: `other` goes alone; `fresh` (tenant q, behind the waiting run, so it cannot take
+    // a slot at once) and a retry of the running `held` go together, the retry last.
+    const [a, b, c] = await Promise.all([
+      e.enqueue(work, { scope: 'group', key: other }, input(other, 'r', true), { queue: tenants }),
+      e.enqueue(work, { scope: 'group', key: fresh }, input(fresh, 'q'), { queue: tenants }),
+      e.enqueue(work, { scope: 'group', key: held }, input(held, 'p', true), { queue: tenants }),
+    ]);
+    expect([a.started, b.started, c.started]).toEqual([true, true, false]);
+    // A slot of the queue and tenant q's are free: `fresh` starts, with no sweep and nothing ending.
+    await reached(fresh);
+    await reached(other);
+    expect(executions.has(waiting)).toBe(false);
+    gate(held).open();
+    gate(other).open();
+    await queued.result();
+    expect([held, waiting, other, fresh].map((id) => executions.get(id))).toEqual([1, 1, 1, 1]);
+  }, PATIENCE_MS);
+
+  it('refuses the enqueues still waiting for their group once the engine shuts down; they leave nothing', async () => {
+    const { queue, e } = setUp(2);
+    const sql = db().sql;
+    // Another process's transaction holds the queue's lock: this process's first enqueue waits for it.
+    const release = await holdQueueLock(sql, queue.name);
+    const first = uniqueKey('first');
+    const later = Array.from({ length: 4 }, () => uniqueKey('later'));
+    const firstCall = e.enqueue(work, { scope: 'group', key: first }, { id: first, queue: queue.name }, { queue });
+    while ((await lockWaiters()) === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    const laterCalls = later.map((id) => e.enqueue(work, { scope: 'group', key: id }, { id, queue: queue.name }, { queue }));
+    const stopping = e.shutdown({ timeoutMs: 5_000 });
+    await release();
+    const [firstResult, ...laterResults] = await Promise.allSettled([firstCall, ...laterCalls]);
+    await stopping;
+    expect(firstResult!.status).toBe('fulfilled');
+    for (const result of laterResults) {
+      expect(result.status).toBe('rejected');
+      expect(((result as PromiseRejectedResult).reason as StepkeyError).code).toBe('shutting_down');
+    }
+    const [row] = await sql<{ runs: number; entries: number }[]>`
+      select (select count(*) from stepkey.ledger where scope = 'group' and key = any(${later}))::int as runs,
+             (select count(*) from stepkey.queue_entries where key = any(${later}))::int as entries`;
+    expect(row).toEqual({ runs: 0, entries: 0 });
   }, PATIENCE_MS);
 });
