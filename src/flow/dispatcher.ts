@@ -68,11 +68,13 @@ export class Dispatcher implements SlotHandOff {
   /**
    * Per queue, whether runs were last seen waiting in line (unknown: yes):
    * seen by a completion's lock statement, a swap or a dispatch that started
-   * runs, an enqueue whose entry waits. A completion sends its hand-off only
-   * then; otherwise it hands nothing over and its queue is dispatched after
-   * its commit, as for any slot given back without a hand-off — a hint for
-   * cost, never for correctness (a swap that found its run taken by another
-   * says none, and the look after its commit follows).
+   * runs, an enqueue whose entry waits; not seen by a look that found nothing
+   * to start. A completion sends its hand-off only then (on a queue that has
+   * one: FlowControl.handOffCount), and an enqueue its dispatch; otherwise
+   * the queue is dispatched after the commit, as for any slot given back
+   * without a hand-off — a hint for cost, never for correctness (a swap that
+   * found its run taken by another says none, and the look after its commit
+   * follows).
    */
   readonly #waitingSeen = new Map<string, boolean>();
   /** Enqueues on one queue at once from this process: one transaction (flow/enqueue-group.ts). */
@@ -172,8 +174,11 @@ export class Dispatcher implements SlotHandOff {
     const queue = this.#holding.get(id);
     const host = this.#host;
     if (queue === undefined || host.closing || this.#waitingSeen.get(queue) === false) return undefined;
+    const count = this.#flow.handOffCount(queue);
+    // No hand-off (Citus, a queue of more than one slot): the look after the commit dispatches.
+    if (count === 0) return undefined;
     return {
-      count: this.#flow.handOffCount(queue),
+      count,
       // The ending run's own room is free once it has ended.
       statements: (q) => this.#flow.handOffStatements(q, queue, Math.max(1, host.maxConcurrentRuns - host.activeRuns + 1), host.leaseMs, host.versions()),
       // The queue is this completion's own: another execution of the same run here (a stale one, taken
@@ -223,8 +228,11 @@ export class Dispatcher implements SlotHandOff {
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
         for (const result of results) {
-          // Runs were waiting: the next completions hand their slots over again.
+          // Runs were waiting: the next completions hand their slots over again. A look that found
+          // nothing to start: the next enqueues send no dispatch (their entries, if they wait, are
+          // dispatched after their commits).
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
+          else if (result.idle) this.#waitingSeen.set(result.queue, false);
           this.startDispatched(result.queue, result.runs);
         }
       })

@@ -163,7 +163,11 @@ export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) 
  * once whoever held the lock has committed.
  */
 export function worthDispatchingStatement(q: Queryable, clock: Clock, queue: string) {
-  return q<{ worth: boolean }[]>`select stepkey.worth_dispatching(${queue}::text, ${clock.offsetMs}::float8) as worth`;
+  // `waiting`: any run in line, read in the statement's snapshot (taken before the barrier): a hint
+  // for the process (Dispatcher), never the decision.
+  return q<{ worth: boolean; waiting: boolean }[]>`
+    select stepkey.worth_dispatching(${queue}::text, ${clock.offsetMs}::float8) as worth,
+           exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed) as waiting`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */

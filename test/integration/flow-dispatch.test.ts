@@ -281,6 +281,22 @@ describe('a queued run gets its slot', () => {
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 
+  it('on a queue of more than one slot, from the look after an end (no hand-off): every slot given back goes on, with no sweep', async () => {
+    const { single, e } = setUp(2);
+    const refs = ['a', 'b', 'c', 'd'].map((name) => ({ scope: 'acme', key: uniqueKey(`look-${name}`) }));
+    // Two hold both slots; two wait, seen waiting by this process (a hand-off would be sent if the queue had one).
+    const handles = [];
+    for (const [i, ref] of refs.entries()) handles.push(await e.enqueue(work, ref, { id: ref.key, hold: true }, { queue: single }));
+    expect(handles.map((handle) => handle.queued)).toEqual([false, false, true, true]);
+    for (const ref of refs.slice(0, 2)) gate(ref.key).open();
+    // No sweep: only the looks after the two ends can start the waiting two.
+    while (refs.slice(2).some((ref) => !executions.has(ref.key))) await new Promise((resolve) => setTimeout(resolve, 10));
+    for (const ref of refs.slice(2)) gate(ref.key).open();
+    expect(await Promise.all(handles.map((handle) => handle.result()))).toEqual(refs.map((ref) => ({ id: ref.key })));
+    expect(refs.map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
   it('from an enqueue that found a run due before it, when this process last saw none waiting: after its commit, the due run first', async () => {
     const { single, e } = setUp();
     const there = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP });
