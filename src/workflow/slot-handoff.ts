@@ -1,7 +1,8 @@
 /**
  * A queue slot handed over at a run's end. A run that holds its queue's slot
  * gives it back in the statement that completes it (lifecycle/holds.ts); the
- * engine that registers the queue (src/flow) may send, in that same
+ * engine that registers the queue (src/flow) may send (on a queue of one
+ * slot: FlowControl.handOffCount), in that same
  * transaction, a dispatch of the queue — a swap of that one slot for the next
  * run, or a dispatch under the queue's lock, taken only if a run waits and
  * no one holds it, and held only while the batch runs — so that the next
