@@ -123,8 +123,8 @@ export class FlowControl {
 
   /**
    * A queued run's completion's hand-off, sent in the batch that ends with
-   * its COMMIT (one PostgreSQL; a queue of one slot: handOffCount). On a queue without a rate or a limit per
-   * partition, a swap: one dispatch that starts at most one run, for the
+   * its COMMIT (one PostgreSQL; a queue of one slot: handOffCount). On a
+   * queue without a rate or a limit per partition, a swap: one dispatch that starts at most one run, for the
    * slot the completion gave back, with no lock (lifecycle/dispatch.ts).
    * Otherwise the queue's lock if a run waits in line and no one holds the
    * lock (its answer: { waiting, name }, handOffLockStatement), and a
