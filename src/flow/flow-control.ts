@@ -122,17 +122,18 @@ export class FlowControl {
   }
 
   /**
-   * A queued run's completion's hand-off, sent in the batch that ends with
-   * its COMMIT (one PostgreSQL; a queue of one slot: handOffCount). On a
-   * queue without a rate or a limit per partition, a swap: one dispatch that starts at most one run, for the
-   * slot the completion gave back, with no lock (lifecycle/dispatch.ts).
-   * Otherwise the queue's lock if a run waits in line and no one holds the
-   * lock (its answer: { waiting, name }, handOffLockStatement), and a
-   * dispatch that starts runs only if that lock was taken — held only while
-   * the server runs the batch. Either way the last answer is the runs
-   * started; a completion whose swap starts none, or that does not take the
-   * lock, is followed by a look after its commit (`dispatch`). None on Citus
-   * (see dispatchSteps).
+   * A queued run's completion's hand-off, sent in the batch that ends
+   * with its COMMIT (one PostgreSQL; a queue of one slot: handOffCount).
+   * On a queue without a rate or a limit per partition, a swap: one
+   * dispatch that starts at most one run, for the slot the completion
+   * gave back, with no lock (lifecycle/dispatch.ts). Otherwise the
+   * queue's lock if a run waits in line and no one holds the lock (its
+   * answer: { waiting, name }, handOffLockStatement), and a dispatch that
+   * starts runs only if that lock was taken — held only while the server
+   * runs the batch. Either way the last answer is the runs started; a
+   * completion whose swap starts none, or that does not take the lock, is
+   * followed by a look after its commit (`dispatch`). None on Citus (see
+   * dispatchSteps).
    */
   handOffStatements(q: Queryable, queue: string, limit: number, leaseMs: number, versions: Versions): PendingRows[] {
     const count = this.handOffCount(queue);
