@@ -68,8 +68,8 @@ export class Dispatcher implements SlotHandOff {
   /**
    * Per queue, whether runs were last seen waiting in line (unknown: yes):
    * seen by a completion's lock statement, a swap or a dispatch that started
-   * runs, an enqueue whose entry waits; not seen by a look that found nothing
-   * to start. A completion sends its hand-off only then (on a queue that has
+   * runs, an enqueue whose entry waits; not seen by a look that found no
+   * run in line. A completion sends its hand-off only then (on a queue that has
    * one: FlowControl.handOffCount), and an enqueue its dispatch; otherwise
    * the queue is dispatched after the commit, as for any slot given back
    * without a hand-off — a hint for cost, never for correctness (a swap that
@@ -77,6 +77,8 @@ export class Dispatcher implements SlotHandOff {
    * follows).
    */
   readonly #waitingSeen = new Map<string, boolean>();
+  /** Per queue, how many times an enqueue here saw its run wait: a look that began before the last of them does not say none waits. */
+  readonly #waitingSince = new Map<string, number>();
   /** Enqueues on one queue at once from this process: one transaction (flow/enqueue-group.ts). */
   readonly #groups: EnqueueGroups;
 
@@ -120,8 +122,13 @@ export class Dispatcher implements SlotHandOff {
       host.execute(claim.lease).catch(() => {});
     }
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
-    if ((own || requeued) && !mineStarted) this.#waitingSeen.set(run.entry.queue, true);
+    if ((own || requeued) && !mineStarted) this.#sawWaiting(run.entry.queue);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
+  }
+
+  #sawWaiting(queue: string): void {
+    this.#waitingSeen.set(queue, true);
+    this.#waitingSince.set(queue, (this.#waitingSince.get(queue) ?? 0) + 1);
   }
 
   /**
@@ -164,10 +171,11 @@ export class Dispatcher implements SlotHandOff {
   }
 
   /**
-   * The completion of a run holding a slot hands it over: by a swap, or by
-   * a dispatch under the queue's lock if a run waits and the lock is free
-   * (FlowControl.handOffStatements) — unless this process last saw no run
-   * waiting in the queue: then its end looks after the commit.
+   * The completion of a run holding a slot of a queue of one slot hands it
+   * over: by a swap, or by a dispatch under the queue's lock if a run waits
+   * and the lock is free (FlowControl.handOffStatements) — unless this
+   * process last saw no run waiting in the queue. Otherwise (and on larger
+   * queues, and on Citus) its end looks after the commit.
    */
   withCompletion(lease: { scope: string; key: string }): HandOff | undefined {
     const id = idOf(lease);
@@ -224,15 +232,16 @@ export class Dispatcher implements SlotHandOff {
     const capacity = owed ? Math.max(1, room) : room;
     if (capacity <= 0) return;
     this.#dispatching.set(id, undefined);
+    const since = this.#waitingSince.get(id) ?? 0;
     this.#flow
       .dispatch(capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
         for (const result of results) {
-          // Runs were waiting: the next completions hand their slots over again. A look that found
-          // nothing to start: the next enqueues send no dispatch (their entries, if they wait, are
-          // dispatched after their commits).
+          // Runs were waiting: the next completions hand their slots over again. A look that found no
+          // run in line: the next enqueues send no dispatch (their entries, if they wait, are
+          // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
-          else if (result.idle) this.#waitingSeen.set(result.queue, false);
+          else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
           this.startDispatched(result.queue, result.runs);
         }
       })

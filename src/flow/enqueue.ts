@@ -211,8 +211,8 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     const lock = await flow.tryLockIn(tx.sql, request.entry.queue);
     if (lock !== 'locked') {
       // Someone is dispatching or enqueuing on this queue: the entry commits without the lock, the
-      // dispatch follows. Or every slot is held: the entry waits its turn (each slot's holder hands
-      // it over at its end).
+      // dispatch follows. Or every slot is held: the entry waits its turn (each slot's holder's
+      // process looks after its end).
       await tx.commit(...entry);
       return { claim, dispatched: [], requeued: false, dispatchAfter: lock === 'held' };
     }

@@ -290,10 +290,27 @@ describe('a queued run gets its slot', () => {
     expect(handles.map((handle) => handle.queued)).toEqual([false, false, true, true]);
     for (const ref of refs.slice(0, 2)) gate(ref.key).open();
     // No sweep: only the looks after the two ends can start the waiting two.
-    while (refs.slice(2).some((ref) => !executions.has(ref.key))) await new Promise((resolve) => setTimeout(resolve, 10));
+    await expect.poll(() => refs.slice(2).every((ref) => executions.has(ref.key)), { timeout: PATIENCE_MS, interval: 10 }).toBe(true);
     for (const ref of refs.slice(2)) gate(ref.key).open();
     expect(await Promise.all(handles.map((handle) => handle.result()))).toEqual(refs.map((ref) => ({ id: ref.key })));
     expect(refs.map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('on a queue of more than one slot, once a look found no run in line: an enqueue behind a due run sends no dispatch, and the look after its commit starts both', async () => {
+    const { single, e } = setUp(2);
+    const there = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP });
+    // The look after this run's end finds no run in line: this process sees none waiting.
+    await sawNoneWaiting(e, single);
+    const [due, next] = ['due', 'next'].map((name) => ({ scope: 'acme', key: uniqueKey(`idle-${name}`) }));
+    const delayed = await there.enqueue(work, due!, { id: due!.key }, { queue: single, delayMs: MINUTE });
+    expect(delayed).toMatchObject({ queued: true });
+    e.clock.advance(MINUTE + 1_000);
+    const enqueued = await e.enqueue(work, next!, { id: next!.key }, { queue: single });
+    expect(enqueued).toMatchObject({ queued: true });
+    expect(await enqueued.result()).toEqual({ id: next!.key });
+    expect(await delayed.result()).toEqual({ id: due!.key });
+    expect(started.filter((id) => id === due!.key || id === next!.key)).toEqual([due!.key, next!.key]);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 

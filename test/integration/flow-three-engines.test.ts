@@ -121,7 +121,7 @@ async function holdsItsLimits(queue: string, perTenant?: number, concurrency = 5
   console.log(`${queue}: at most ${overlap.overall} runs at once overall, ${overlap.perTenant} per tenant`);
   expect(overlap.overall).toBeLessThanOrEqual(concurrency);
   if (perTenant !== undefined) expect(overlap.perTenant).toBeLessThanOrEqual(perTenant);
-  expect(overlap.overall).toBeGreaterThan(concurrency > 1 ? 1 : 0);
+  if (concurrency > 1) expect(overlap.overall).toBeGreaterThan(1);
   // Every run's step ran (a call step runs again only if its run was taken over from a stalled
   // process: counted, not forbidden — the crash test checks exactly-once tx steps), and every run completed.
   console.log(`${queue}: ${intervals.length - 300} call executions repeated after a takeover`);
