@@ -114,3 +114,25 @@ export function gates() {
   };
   return { gate, openAll, clear: () => entries.clear() };
 }
+
+/** Holds the queue's lock in a transaction of its own (as an enqueue or a dispatch in flight would) until the returned function is called. */
+export async function holdQueueLock(sql: Sql, queue: string): Promise<() => Promise<void>> {
+  const holder = await sql.reserve();
+  await holder`begin`;
+  await holder`select pg_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${queue}, 0))`;
+  return async () => {
+    try {
+      await holder`commit`;
+    } finally {
+      holder.release();
+    }
+  };
+}
+
+/** Transactions waiting for an advisory lock now, in `sql`'s database. */
+export async function lockWaiters(sql: Sql): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_locks
+     where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())`;
+  return row!.n;
+}

@@ -12,10 +12,9 @@ import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
-import { gates, slotsHeld } from '../helpers/flow.js';
+import { gates, holdQueueLock, lockWaiters, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
-import type { Sql } from '../../src/db/connect.js';
 
 const db = useTestDatabase();
 const { gate, openAll } = gates();
@@ -62,25 +61,6 @@ async function reached(id: string): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
-
-/** Holds the queue's lock in a transaction of its own (as another process's enqueue in flight would) until the returned function is called. */
-async function holdQueueLock(sql: Sql, queue: string) {
-  const holder = await sql.reserve();
-  await holder`begin`;
-  await holder`select pg_advisory_xact_lock(hashtextextended('stepkey.queue' || chr(30) || ${queue}, 0))`;
-  return async () => {
-    try {
-      await holder`commit`;
-    } finally {
-      holder.release();
-    }
-  };
-}
-
-const lockWaiters = async () =>
-  (await db().sql<{ n: number }[]>`
-    select count(*)::int as n from pg_locks
-     where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())`)[0]!.n;
 
 /** The distinct transaction times the runs of `prefix` were created at: one per transaction that enqueued them. */
 async function transactionsOf(prefix: string): Promise<number> {
@@ -218,7 +198,7 @@ describe('enqueues on one queue at once, from one process', () => {
     const first = uniqueKey('first');
     const later = Array.from({ length: 4 }, () => uniqueKey('later'));
     const firstCall = e.enqueue(work, { scope: 'group', key: first }, { id: first, queue: queue.name }, { queue });
-    while ((await lockWaiters()) === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+    while ((await lockWaiters(db().sql)) === 0) await new Promise((resolve) => setTimeout(resolve, 10));
     const laterCalls = later.map((id) => e.enqueue(work, { scope: 'group', key: id }, { id, queue: queue.name }, { queue }));
     const stopping = e.shutdown({ timeoutMs: 5_000 });
     await release();
