@@ -106,9 +106,6 @@ export class Dispatcher implements SlotHandOff {
       claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText, ...(run.deadline ? { deadline: run.deadline } : {}) }, rootKey: root },
       entry: run.entry,
       leaseMs: host.leaseMs,
-      // Read again when its group is sent (EnqueueGroups).
-      capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns),
-      othersWaiting: this.#waitingSeen.get(run.entry.queue) !== false,
       versions: host.versions(),
     });
     const own = claim.state === 'owned' && !claim.resumed;

@@ -37,13 +37,16 @@ export interface GroupHost {
   readonly closing: boolean;
 }
 
+/** An enqueue as its caller makes it: the process's room and hint are read when its group is sent. */
+export type GroupedRequest = Omit<EnqueueRequest, 'capacity' | 'othersWaiting'>;
+
 interface Waiting {
-  request: EnqueueRequest;
+  request: GroupedRequest;
   resolve: (enqueued: Enqueued) => void;
   reject: (error: unknown) => void;
 }
 
-const idOf = (request: EnqueueRequest) => `${request.ref.scope}\u001f${request.ref.key}`;
+const idOf = (request: GroupedRequest) => `${request.ref.scope}\u001f${request.ref.key}`;
 
 export class EnqueueGroups {
   readonly #sql: Sql;
@@ -61,11 +64,11 @@ export class EnqueueGroups {
   }
 
   /** Enqueues `request` with whatever else this process enqueues on its queue meanwhile. */
-  async enqueue(request: EnqueueRequest): Promise<Enqueued> {
+  async enqueue(request: GroupedRequest): Promise<Enqueued> {
     assertValidClaim(request.claim);
     await this.#flow.ready();
     // On Citus every enqueue goes alone and at once: nothing to wait for.
-    if (!this.#flow.dispatchesInline) return enqueueRun(this.#sql, this.#clock, this.#flow, request);
+    if (!this.#flow.dispatchesInline) return enqueueRun(this.#sql, this.#clock, this.#flow, { ...request, ...this.#host.state(request.entry.queue) });
     return new Promise<Enqueued>((resolve, reject) => {
       const queue = request.entry.queue;
       const waiting = this.#waiting.get(queue);
@@ -101,8 +104,10 @@ export class EnqueueGroups {
     const waiting = this.#waiting.get(queue) ?? [];
     if (waiting.length === 0 || this.#host.closing) {
       this.#waiting.delete(queue);
-      const refused = new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
-      waiting.forEach((item) => item.reject(refused));
+      if (waiting.length > 0) {
+        const refused = new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+        waiting.forEach((item) => item.reject(refused));
+      }
       return;
     }
     const group: Waiting[] = [];
