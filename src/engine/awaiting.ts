@@ -45,7 +45,7 @@ export async function awaitRun(core: EngineCore, ref: KeyRef, fingerprints: Fing
       const claim = await inDatabase('resuming a run', () =>
         claimRun(sql, clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: settings.leaseMs, mode: 'lock' }),
       );
-      if (claim.state === 'owned') return core.runs.track(claim.lease, () => core.runs.resumeOwned(claim.lease));
+      if (claim.state === 'owned') return core.runs.resumeClaimed(claim);
     }
     await new Promise((resolve) => setTimeout(resolve, Math.max(20, Math.min(delay, leaseLeftMs > 0 ? leaseLeftMs + 20 : delay))));
   }

@@ -92,8 +92,7 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
   }
   if (claim.state === 'owned') {
     if (opening) await inDatabase(action, () => opening.commit());
-    const lease = claim.lease;
-    const done = core.runs.track(lease, () => core.runs.resumeOwned(lease));
+    const done = core.runs.resumeClaimed(claim);
     return { kind: 'executing', done, resumed: true, fingerprints, rootKey: storedRootKey(ref.scope, ref.key, claim.rootKey) };
   }
   if (claim.state === 'waiting' && claim.resumed) {

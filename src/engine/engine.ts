@@ -168,7 +168,7 @@ export class Engine<Registered extends Workflow = Workflow> {
       case 'vacant':
         throw new StepkeyError('run_not_found', `Run '${ref.key}' in scope '${ref.scope}' is gone (expired).`);
       case 'owned': {
-        const settled = await this.#core.runs.track(claim.lease, () => this.#core.runs.resumeOwned(claim.lease));
+        const settled = await this.#core.runs.resumeClaimed(claim);
         return toAttempt(this.registry, settled, false);
       }
       case 'replay':

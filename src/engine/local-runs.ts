@@ -89,6 +89,19 @@ export class LocalRuns {
     return done;
   }
 
+  /**
+   * Executes a run a claim of this process took over. A queued run's slot it
+   * still held (its process died while it ran) is given back by the
+   * transition that ends or parks it; its queue is dispatched then, so that
+   * the next run in line starts at once, not at a sweep.
+   */
+  resumeClaimed(claim: { lease: Lease; heldQueue?: string }): Promise<Settled> {
+    const done = this.track(claim.lease, () => this.resumeOwned(claim.lease));
+    const queue = claim.heldQueue;
+    if (queue !== undefined) done.finally(() => this.#core.dispatcher.dispatchQueue(queue)).catch(() => {});
+    return done;
+  }
+
   /** Loads a run this process just took over (`fresh`: a dispatch read it, nothing recorded) and executes it under its own version. */
   async resumeOwned(lease: Lease, fresh?: FreshRun): Promise<Settled> {
     const { registry, deps, sql, clock } = this.#core;

@@ -87,8 +87,9 @@ export class Sweeper {
           .catch((error: unknown) => core.onError(error, `resuming run '${run.key}'`))
           .finally(() => {
             // A run taken over that held a slot gave it back at its end: its queue is dispatched,
-            // waiting for the queue's lock (a dispatch running now may have counted the slot as held).
-            core.dispatcher.dispatchAfterEnd(run.queue ?? undefined);
+            // waiting for the queue's lock (a dispatch running now may have counted the slot as held),
+            // even with no room here (no other process will).
+            core.dispatcher.dispatchQueue(run.queue);
             if (this.#backlog && this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
           });
       }

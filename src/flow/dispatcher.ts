@@ -138,12 +138,16 @@ export class Dispatcher implements SlotHandOff {
   }
 
   /**
-   * Dispatches `queue` now if this process registers it (a queued run came
-   * due here, say). `freeing`: runs of this process about to end that still
-   * count as active (a parent parking for the child it just queued).
+   * Dispatches `queue` now if this process registers it: this process
+   * changed it (a child's entry added, a failed run put back in line, a
+   * slot given back by a run it took over) or saw a run come due in it, and
+   * no other process will dispatch for that — so the dispatch happens even
+   * with no room here (`owed`, see dispatchAfterEnd). `freeing`: runs of
+   * this process about to end that still count as active (a parent parking
+   * for the child it just queued).
    */
   dispatchQueue(queue: string | null, freeing = 0): void {
-    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue, freeing);
+    if (queue !== null && this.#flow.names.includes(queue)) this.dispatchAfterEnd(queue, freeing, true);
   }
 
   /**

@@ -129,7 +129,7 @@ export async function claimKey(
             version: taken.version,
           };
         }
-        if (taken) return { state: 'owned', lease, attempts: taken.attempts, resumed: true, rootKey: taken.rootKey };
+        if (taken) return { state: 'owned', lease, attempts: taken.attempts, resumed: true, rootKey: taken.rootKey, ...(taken.heldQueue ? { heldQueue: taken.heldQueue } : {}) };
         continue; // another contender changed it first: read again
       }
     }

@@ -82,8 +82,9 @@ export type ClaimResult =
   /**
    * The caller now holds the key. `resumed`: it took over an expired lease or
    * a failed run. `rootKey`: what was stored (null only for an old row taken over).
+   * `heldQueue`: the queue whose slot a run taken over still holds (its process died while it ran).
    */
-  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean; rootKey: string | null; deadlineAtMs?: number | null }
+  | { state: 'owned'; lease: Lease; attempts: number; resumed: boolean; rootKey: string | null; deadlineAtMs?: number | null; heldQueue?: string }
   | ({ state: 'replay'; outcome: StoredOutcome } & ExistingRow)
   | ({ state: 'in_progress'; retryAfterMs: number } & Partial<ExistingRow>)
   /**

@@ -15,7 +15,9 @@
  * A failed run on a queue is not taken into progress: the same statement
  * parks it waiting for a slot and puts its queue entry back in line
  * (requeue.ts), and the row comes back `waiting` — the claim
- * reports it so, and the queue's dispatch starts the run.
+ * reports it so, and the queue's dispatch starts the run. A queued run in
+ * progress whose lease expired keeps its slot (`heldQueue`): whoever took it
+ * over dispatches its queue once it has stopped executing (engine/local-runs.ts).
  */
 import type { Queryable } from '../db/connect.js';
 import { type Clock, sqlNow } from '../db/clock.js';
@@ -53,7 +55,9 @@ export async function takeOverRun(
     ), back_in_line as (${backInLine(q, request.scope, request.key, 'taken')}
     )
     select attempts, root_key as "rootKey", version, requeued,
-           wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor"
+           wait_kind as "waitKind", wait_step as "waitStep", wait_for as "waitFor",
+           -- In the statement's snapshot: a run in progress keeps the slot it held (back_in_line moves only a failed run's entry).
+           (select e.queue from stepkey.queue_entries e where e.scope = ${request.scope} and e.key = ${request.key} and e.holding) as "heldQueue"
       from taken`;
   return rows[0];
 }

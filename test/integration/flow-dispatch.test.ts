@@ -11,6 +11,7 @@ import { z } from 'zod';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { KeyRef } from '../../src/ledger/types.js';
+import { newRootKey } from '../../src/keys/derive.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, holdQueueLock, lockWaiters, slotsHeld } from '../helpers/flow.js';
@@ -232,6 +233,51 @@ describe('a queued run gets its slot', () => {
     gate(busy!.key).open();
     expect(await running.result()).toEqual({ id: busy!.key });
     expect(executions.get(queued!.key)).toBe(1);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from the end of a run a claim took over (its process died holding the slot): the run in line starts with no sweep', async () => {
+    const { single, e } = setUp();
+    const [dead, next] = ['dead', 'next'].map((name) => ({ scope: 'acme', key: uniqueKey(`taken-${name}`) }));
+    // A queued run in progress whose process died: its lease ran out, its entry still holds the slot.
+    await db().sql`
+      insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts, version, input,
+                                  root_key, created_at, updated_at)
+      values (${dead!.scope}, ${dead!.key}, 'run', ${work.name}, 'fingerprint-of-the-dead-process', 'in_progress', gen_random_uuid(),
+              now() - interval '1 minute', 1, 1, ${JSON.stringify({ id: dead!.key })}, ${newRootKey(dead!.scope, dead!.key)}, now(), now())`;
+    await db().sql`
+      insert into stepkey.queues (name, concurrency) values (${single.name}, 1) on conflict (name) do nothing`;
+    await db().sql`
+      insert into stepkey.queue_entries (scope, key, queue, partition, holding, granted_at)
+      values (${dead!.scope}, ${dead!.key}, ${single.name}, '', true, now())`;
+    // Full: the next run waits in line.
+    const waiting = await e.enqueue(work, next!, { id: next!.key }, { queue: single });
+    expect(waiting).toMatchObject({ queued: true });
+    // The claim takes the dead run over, and it runs to its end here, giving its slot back.
+    expect(await e.resume(dead!)).toMatchObject({ state: 'completed' });
+    // No sweep: only a dispatch after that end can start the run in line.
+    await expect.poll(async () => (await status(next!))?.status, { timeout: PATIENCE_MS }).toBe('completed');
+    expect([executions.get(dead!.key), executions.get(next!.key)]).toEqual([1, 1]);
+    expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
+  });
+
+  it('from a resume that put a failed run back in line, by a process with no room left: it owes the queue that dispatch', async () => {
+    const single = defineQueue({ name: uniqueKey('flow-dispatch'), concurrency: 1 });
+    const here = engineFor([work], { queues: [single], sweepIntervalMs: NO_SWEEP, maxConcurrentRuns: 1 });
+    const [failed, busy] = ['failed', 'busy'].map((name) => ({ scope: 'acme', key: uniqueKey(`owed-${name}`) }));
+    failOnce.add(failed!.key);
+    const first = await here.enqueue(work, failed!, { id: failed!.key }, { queue: single });
+    await expect(first.result()).rejects.toThrow();
+    await expect.poll(async () => (await status(failed!))?.status, { timeout: PATIENCE_MS }).toBe('failed');
+    // This process's one run of room is taken by a run of no queue.
+    const running = await here.start(work, busy!, { id: busy!.key, hold: true });
+    await expect.poll(() => started.includes(busy!.key), { timeout: PATIENCE_MS }).toBe(true);
+    // Back in line; the queue's slot is free, and no other process will dispatch it: this one does, without room.
+    expect(await here.resume(failed!)).toMatchObject({ state: 'waiting' });
+    await expect.poll(async () => (await status(failed!))?.status, { timeout: PATIENCE_MS }).toBe('completed');
+    gate(busy!.key).open();
+    expect(await running.result()).toEqual({ id: busy!.key });
+    expect(executions.get(failed!.key)).toBe(2);
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 

@@ -25,6 +25,8 @@ export interface TakenOver {
   waitKind: string | null;
   waitStep: string | null;
   waitFor: string | null;
+  /** A run's takeover (lifecycle/take-over.ts): the queue whose slot the run still holds, if any. */
+  heldQueue?: string | null;
 }
 
 export async function takeoverRow(
