@@ -88,8 +88,8 @@ export class Sweeper {
           .finally(() => {
             // A run taken over that held a slot gave it back at its end: its queue is dispatched,
             // waiting for the queue's lock (a dispatch running now may have counted the slot as held),
-            // even with no room here (no other process will).
-            core.dispatcher.dispatchQueue(run.queue);
+            // even with no room here (no other process will). Any other: every queue, with the room it left.
+            core.dispatcher.dispatchAfterEnd(run.queue ?? undefined, 0, run.queue !== null);
             if (this.#backlog && this.#timer) void this.sweep().catch((error: unknown) => core.onError(error, 'sweeping'));
           });
       }

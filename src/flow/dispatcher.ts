@@ -116,7 +116,15 @@ export class Dispatcher implements SlotHandOff {
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     if (claim.state === 'owned' && claim.resumed) {
-      host.execute(claim.lease).catch(() => {});
+      // A run this enqueue took over (its process died): a slot it still held goes on once it stops, as
+      // for any claim's takeover (engine/local-runs.ts, resumeClaimed).
+      const held = claim.heldQueue;
+      host
+        .execute(claim.lease)
+        .catch(() => {})
+        .finally(() => {
+          if (held !== undefined) this.dispatchQueue(held);
+        });
     }
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     if ((own || requeued) && !mineStarted) this.#sawWaiting(run.entry.queue);

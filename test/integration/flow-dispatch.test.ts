@@ -12,6 +12,7 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { newRootKey } from '../../src/keys/derive.js';
+import { purposeFingerprint } from '../../src/keys/fingerprint.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
 import { gates, holdQueueLock, lockWaiters, slotsHeld } from '../helpers/flow.js';
@@ -236,15 +237,20 @@ describe('a queued run gets its slot', () => {
     expect(await slotsHeld(db().sql, single.name)).toEqual({ held: 0, entries: 0 });
   });
 
-  it('from the end of a run a claim took over (its process died holding the slot): the run in line starts with no sweep', async () => {
+  it.each([
+    ['engine.resume', 'resume'],
+    ['the same enqueue again', 'enqueue'],
+  ] as const)('from the end of a run a claim took over — by %s — (its process died holding the slot): the run in line starts with no sweep', async (_, by) => {
     const { single, e } = setUp();
     const [dead, next] = ['dead', 'next'].map((name) => ({ scope: 'acme', key: uniqueKey(`taken-${name}`) }));
+    const input = { id: dead!.key, hold: false };
     // A queued run in progress whose process died: its lease ran out, its entry still holds the slot.
     await db().sql`
       insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts, version, input,
                                   root_key, created_at, updated_at)
-      values (${dead!.scope}, ${dead!.key}, 'run', ${work.name}, 'fingerprint-of-the-dead-process', 'in_progress', gen_random_uuid(),
-              now() - interval '1 minute', 1, 1, ${JSON.stringify({ id: dead!.key })}, ${newRootKey(dead!.scope, dead!.key)}, now(), now())`;
+      values (${dead!.scope}, ${dead!.key}, 'run', ${work.name}, ${purposeFingerprint(work.name, { input, queue: single.name, priority: 0 })},
+              'in_progress', gen_random_uuid(), now() - interval '1 minute', 1, 1, ${JSON.stringify(input)}, ${newRootKey(dead!.scope, dead!.key)},
+              now(), now())`;
     await db().sql`
       insert into stepkey.queues (name, concurrency) values (${single.name}, 1) on conflict (name) do nothing`;
     await db().sql`
@@ -254,7 +260,8 @@ describe('a queued run gets its slot', () => {
     const waiting = await e.enqueue(work, next!, { id: next!.key }, { queue: single });
     expect(waiting).toMatchObject({ queued: true });
     // The claim takes the dead run over, and it runs to its end here, giving its slot back.
-    expect(await e.resume(dead!)).toMatchObject({ state: 'completed' });
+    if (by === 'resume') expect(await e.resume(dead!)).toMatchObject({ state: 'completed' });
+    else expect(await (await e.enqueue(work, dead!, input, { queue: single })).result()).toEqual({ id: dead!.key });
     // No sweep: only a dispatch after that end can start the run in line.
     await expect.poll(async () => (await status(next!))?.status, { timeout: PATIENCE_MS }).toBe('completed');
     expect([executions.get(dead!.key), executions.get(next!.key)]).toEqual([1, 1]);
