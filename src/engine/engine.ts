@@ -239,11 +239,12 @@ export class Engine<Registered extends Workflow = Workflow> {
     const started = await inDatabase('rerunning a run', () =>
       rerunAction(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }, by),
     );
-    const lease = started.lease;
+    // Started here, or taken over here (the same rerun asked for again, its process gone): executed here.
+    const lease = started.lease ?? started.takenOver;
     if (lease) this.#core.runs.track(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
     const fingerprints = { fingerprint: started.plan.fingerprint, legacyFingerprint: () => started.plan.fingerprint };
     const workflow = (ref.workflow ?? this.registry.get(started.plan.workflow, started.plan.version)) as W;
-    return runHandle(this.#core, workflow, started.ref, started.rootKey, lease !== undefined, fingerprints);
+    return runHandle(this.#core, workflow, started.ref, started.rootKey, started.lease !== undefined, fingerprints);
   }
 
   /**

@@ -13,7 +13,7 @@ import { runCli } from '../helpers/cli.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { PATIENCE_MS } from '../helpers/patience.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const engines: Engine[] = [];
@@ -140,6 +140,24 @@ describe('rerun from a step', () => {
     expect(executed['ship@1']).toBe((before['ship@1'] ?? 0) + 1);
     expect(executed['charge@1']).toBe(before['charge@1']);
     expect((await engine.get({ scope: old.scope, key }))!.attempts).toBe(1);
+  });
+
+  it('executes a rerun it takes over when the same rerun is asked for again after its process died, not after a lease', async () => {
+    // No sweep, and a lease far longer than the test waits: only the process that took it over can run it.
+    const engine = engineFor({ sweepIntervalMs: 3_600_000, leaseMs: LONG_LEASE_MS });
+    const old = { scope: 'acme', key: uniqueKey('old') };
+    await engine.run(v1, old, { sku: 'tea' });
+    const before = { ...executed };
+    const key = uniqueKey('rerun-dead');
+    // Started by the CLI (a lease of 1 ms, as if its process died at once), never executed.
+    const cli = await runCli(['rerun', old.key, '--scope', old.scope, '--from', 'ship.v1', '--key', key], { databaseUrl: db().url });
+    expect(cli.code, cli.stderr).toBe(0);
+    const again = await engine.rerun(old, { from: 'ship.v1', key });
+    await expect.poll(async () => (await engine.get(again))?.status, { timeout: PATIENCE_MS }).toBe('completed');
+    expect(await again.result()).toMatchObject({ shipment: 'ship-v1' });
+    expect(executed['ship@1']).toBe((before['ship@1'] ?? 0) + 1);
+    // The CLI's start counts no execution: the one here is the first.
+    expect((await engine.get(again))!.attempts).toBe(1);
   });
 
   it('records each rerun in the audit log of the old run — by the engine API and the CLI — and a refused one not at all', async () => {

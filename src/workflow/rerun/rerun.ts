@@ -115,8 +115,10 @@ export async function planRerun(sql: Sql, clock: Clock, ref: KeyRef, options: Re
 export interface StartedRerun {
   ref: KeyRef;
   plan: RerunPlan;
-  /** The new run's lease, when it was started here (false: the key had this rerun already). */
+  /** The new run's lease, when it was started here (undefined: the key had this rerun already). */
   lease: Lease | undefined;
+  /** The key had this rerun already, and this claim took it over (its process died, or it failed): its lease, to execute it. */
+  takenOver?: Lease;
   rootKey: string | null;
 }
 
@@ -173,7 +175,13 @@ export async function startRerun(
     if (claim.state !== 'owned' || claim.resumed) {
       const existing = await readRow(tx, newRef);
       if (existing?.rerunOf === ref.key && existing.rerunFrom === options.from) {
-        const already: StartedRerun = { ref: newRef, plan, lease: undefined, rootKey: existing.rootKey };
+        const already: StartedRerun = {
+          ref: newRef,
+          plan,
+          lease: undefined,
+          rootKey: existing.rootKey,
+          ...(claim.state === 'owned' ? { takenOver: claim.lease } : {}),
+        };
         await also?.(tx, already);
         return already;
       }
