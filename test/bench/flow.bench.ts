@@ -2,9 +2,10 @@
  * Flow control: the throughput of queued one-step runs — enqueued by 1 and
  * by 8 callers at once, dispatched and executed by 1 and 2 engines (each its
  * own pool), on a queue and on a queue partitioned by tenant — as a ratio to
- * the same workflow run unqueued at the same concurrency, in the same run,
- * and to the same runs started unqueued by as many callers (engine.start,
- * which answers once the run is durable, as an enqueue does).
+ * the same workflow run unqueued at the same concurrency, and to the same
+ * runs started unqueued by as many callers (engine.start, which answers once
+ * the run is durable, as an enqueue does) — in rounds, each measuring every
+ * row one after another, each ratio taken to its own round's references.
  * Every measurement checks, from each run's start and end, that no instant
  * had more runs executing than the queue's or a partition's concurrency: a
  * violation fails the bench. Then the start latency of a run enqueued on an
@@ -17,7 +18,7 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { createEngine, type Engine } from '../../src/engine/engine.js';
 import { costCells, costPerOperation } from './cost.js';
-import { benchDatabase, measure, medianOf, printTable, type Measurement } from './harness.js';
+import { benchDatabase, measure, printTable, type Measurement } from './harness.js';
 
 /** Each run's start and end in this process (performance.now()), by key. */
 const spans = new Map<string, { start: number; end?: number; tenant: string }>();
@@ -162,36 +163,45 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
   const db = pools[0]!;
   try {
     await db.sql`create table bench_flow (id bigserial primary key, n int not null)`;
-    let round = 0;
-    const unqueued = await medianOf(options.runs, () => {
-      round += 1;
-      const run = round;
-      return measure(options.ops, CONCURRENCY, (i) => first.run(oneStep, { scope: 'bench', key: `u-${run}-${i}` }, { n: i, tenant: '' }));
-    });
-    const starts = new Map<number, number>();
-    for (const callers of [1, 8]) {
-      starts.set(callers, (await medianOf(options.runs, () => startedThroughput(db, first, options.ops, callers, `s-${(round += 1)}`))).opsPerSecond);
-    }
-    const rows: (string | number)[][] = [
-      [`unqueued (engine.run, ${CONCURRENCY} at once, 1 engine)`, unqueued.opsPerSecond, '1.00', '—'],
-      ...[1, 8].map((callers) => [`unqueued (engine.start, ${callers} caller${callers > 1 ? 's' : ''}, 1 engine)`, starts.get(callers)!, (starts.get(callers)! / unqueued.opsPerSecond).toFixed(2), '1.00']),
-    ];
+    // Rounds: each measures every row one after another, and each row's ratios are taken to the
+    // references of its own round (a busy host's pace drifts between rounds more than within one).
     const cases: [string, Engine[], number, boolean][] = [
       ['queued, 1 enqueuer, 1 engine', [first], 1, false],
       ['queued, 8 enqueuers, 1 engine', [first], 8, false],
       ['queued, 8 enqueuers, 2 engines', [first, second], 8, false],
       [`queued by tenant (8 tenants, ${PER_TENANT} each), 8 enqueuers, 1 engine`, [first], 8, true],
     ];
-    for (const [label, engines, callers, partitioned] of cases) {
-      const measured = await medianOf(options.runs, () => queuedThroughput(db, engines, options.ops, callers, `q-${(round += 1)}`, partitioned));
-      const sameCallers = starts.get(callers)!;
-      rows.push([label, measured.opsPerSecond, (measured.opsPerSecond / unqueued.opsPerSecond).toFixed(2), (measured.opsPerSecond / sameCallers).toFixed(2)]);
+    const startLabel = (callers: number) => `unqueued (engine.start, ${callers} caller${callers > 1 ? 's' : ''}, 1 engine)`;
+    const unqueuedLabel = `unqueued (engine.run, ${CONCURRENCY} at once, 1 engine)`;
+    const rounds: Map<string, { perSecond: number; vsUnqueued: number; vsStart?: number }>[] = [];
+    for (let round = 1; round <= options.runs; round += 1) {
+      const measured = new Map<string, { perSecond: number; vsUnqueued: number; vsStart?: number }>();
+      const unqueued = (await measure(options.ops, CONCURRENCY, (i) => first.run(oneStep, { scope: 'bench', key: `u-${round}-${i}` }, { n: i, tenant: '' }))).opsPerSecond;
+      measured.set(unqueuedLabel, { perSecond: unqueued, vsUnqueued: 1 });
+      const starts = new Map<number, number>();
+      for (const callers of [1, 8]) {
+        const started = (await startedThroughput(db, first, options.ops, callers, `s-${round}-${callers}`)).opsPerSecond;
+        starts.set(callers, started);
+        measured.set(startLabel(callers), { perSecond: started, vsUnqueued: started / unqueued, vsStart: 1 });
+      }
+      for (const [index, [label, engines, callers, partitioned]] of cases.entries()) {
+        const queuedPerSecond = (await queuedThroughput(db, engines, options.ops, callers, `q-${round}-${index}`, partitioned)).opsPerSecond;
+        measured.set(label, { perSecond: queuedPerSecond, vsUnqueued: queuedPerSecond / unqueued, vsStart: queuedPerSecond / starts.get(callers)! });
+      }
+      rounds.push(measured);
     }
+    const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+    const rowOf = (label: string): (string | number)[] => {
+      const all = rounds.map((measured) => measured.get(label)!);
+      const vsStart = all.every((one) => one.vsStart !== undefined) ? median(all.map((one) => one.vsStart!)).toFixed(2) : '—';
+      return [label, median(all.map((one) => one.perSecond)), median(all.map((one) => one.vsUnqueued)).toFixed(2), vsStart,
+        all.map((one) => one.vsUnqueued.toFixed(2)).join(' ')];
+    };
     printTable(
-      `Queued one-step runs, dispatched and executed (${options.ops} runs, median of ${options.runs}; queue concurrency ${CONCURRENCY}, ${CONCURRENCY} runs at once per engine; ` +
-        'no instant exceeded a limit)',
-      ['operation', 'runs/s', 'vs unqueued', 'vs engine.start, same callers'],
-      rows,
+      `Queued one-step runs, dispatched and executed (${options.ops} runs; median of ${options.runs} rounds, each measuring every row one after ` +
+        `another, each ratio to its own round's references; queue concurrency ${CONCURRENCY}, ${CONCURRENCY} runs at once per engine; no instant exceeded a limit)`,
+      ['operation', 'runs/s', 'vs unqueued', 'vs engine.start, same callers', 'vs unqueued, each round'],
+      [unqueuedLabel, startLabel(1), startLabel(8), ...cases.map(([label]) => label)].map(rowOf),
     );
     const latencyRuns = Math.min(300, options.ops);
     const plain = await startLatency(latencyRuns, (i) => first.start(oneStep, { scope: 'bench', key: `ls-${i}` }, { n: i, tenant: '' }), (i) => `ls-${i}`);
