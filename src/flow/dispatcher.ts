@@ -97,7 +97,12 @@ export class Dispatcher implements SlotHandOff {
     return this.#flow.enabled;
   }
 
-  /** Enqueues the run (claim, entry, park and dispatch in one transaction) and executes what that dispatch started here. */
+  /**
+   * Enqueues the run (claim, entry, park and dispatch in one transaction) and
+   * executes what that dispatch started here. A run the claim took over (its
+   * process died) is the engine's to execute, as any claim's takeover is
+   * (engine.enqueue: LocalRuns.resumeClaimed).
+   */
   async enqueue(definition: Workflow, ref: KeyRef, run: QueuedRun, fingerprints: { fingerprint: string; legacyFingerprint: () => string }): Promise<EnqueueOutcome> {
     const host = this.#host;
     const root = newRootKey(ref.scope, ref.key);
@@ -115,17 +120,6 @@ export class Dispatcher implements SlotHandOff {
     this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
-    if (claim.state === 'owned' && claim.resumed) {
-      // A run this enqueue took over (its process died): a slot it still held goes on once it stops, as
-      // for any claim's takeover (engine/local-runs.ts, resumeClaimed).
-      const held = claim.heldQueue;
-      host
-        .execute(claim.lease)
-        .catch(() => {})
-        .finally(() => {
-          if (held !== undefined) this.dispatchQueue(held);
-        });
-    }
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     if ((own || requeued) && !mineStarted) this.#sawWaiting(run.entry.queue);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };

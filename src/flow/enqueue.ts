@@ -118,7 +118,11 @@ export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, req
     // pool is not drained by a group's worth of transactions at once.
     const alone: PromiseSettledResult<Enqueued>[] = [];
     for (const request of requests) {
-      alone.push(...(await Promise.allSettled([enqueueRun(sql, clock, flow, request)])));
+      try {
+        alone.push({ status: 'fulfilled', value: await enqueueRun(sql, clock, flow, request) });
+      } catch (reason) {
+        alone.push({ status: 'rejected', reason });
+      }
     }
     return alone;
   }
