@@ -15,6 +15,7 @@ import type postgres from 'postgres';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Sql } from './connect.js';
 import { healthOf, type HeldReservation, type PoolHealth } from './pool-health.js';
+import { DEFAULT_ACQUIRE_TIMEOUT_MS, reserveWithin } from './reserve.js';
 
 /** What the body of a transaction queries with. */
 export type TxSql = postgres.ReservedSql & Pick<postgres.TransactionSql, 'savepoint'>;
@@ -49,37 +50,6 @@ export function statementTimeout(ms: number): string {
 function quiet<T extends Promise<unknown>>(query: T): T {
   query.catch(() => {});
   return query;
-}
-
-/** How long a transaction waits for a pooled connection unless told otherwise. */
-export const DEFAULT_ACQUIRE_TIMEOUT_MS = 10_000;
-
-/**
- * pool.reserve(), bounded: it waits for a free slot without a limit, and
- * postgres.js 3.4 can lose a reservation whose connection broke while it was
- * being set up (the promise never settles). A connection that arrives after
- * the bound goes straight back to the pool.
- */
-function reserveWithin(pool: Sql, ms: number): Promise<postgres.ReservedSql> {
-  const reserving = pool.reserve();
-  let timer: NodeJS.Timeout | undefined;
-  const expired = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new StepkeyError('database_unavailable', `No database connection could be had within ${ms} ms.`)),
-      ms,
-    );
-  });
-  return Promise.race([reserving, expired]).then(
-    (connection) => {
-      clearTimeout(timer);
-      return connection;
-    },
-    (error: unknown) => {
-      clearTimeout(timer);
-      reserving.then((late) => late.release(), () => {});
-      throw error;
-    },
-  );
 }
 
 /**
