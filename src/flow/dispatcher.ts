@@ -66,6 +66,15 @@ export class Dispatcher implements SlotHandOff {
   /** Runs whose completion handed their slot over (their queue needs no dispatch after their end). */
   readonly #handedOver = new Set<string>();
   /**
+   * Runs executing here that an owed dispatch started with no room left here
+   * (or that such a run's completion handed its slot to), and how many per
+   * queue: at most one per queue at a time. Its end dispatches the queue
+   * again, so the queue drains here one run at a time over the room, never
+   * by its own width.
+   */
+  readonly #overRoom = new Set<string>();
+  readonly #overRoomByQueue = new Map<string, number>();
+  /**
    * Per queue, whether runs were last seen waiting in line (unknown: yes):
    * seen by a completion's lock statement, a swap or a dispatch that started
    * runs, an enqueue whose entry waits; not seen by a look that found no
@@ -157,20 +166,30 @@ export class Dispatcher implements SlotHandOff {
    * (its slot given back in the transaction of its end), the queue is
    * dispatched again so that the next run gets the slot at once.
    */
-  startDispatched(queue: string, runs: readonly DispatchedRun[], own?: OwnRun): void {
+  startDispatched(queue: string, runs: readonly DispatchedRun[], own?: OwnRun, overRoom = false): void {
     for (const run of runs) {
       const lease = { scope: run.scope, key: run.key, token: run.token };
       const id = idOf(lease);
       const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
       this.#holding.set(id, queue);
+      if (overRoom) this.#countOverRoom(id, queue, 1);
       this.#host
         .execute(lease, mine ? own : undefined, run.fresh)
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);
+          if (overRoom) this.#countOverRoom(id, queue, -1);
           if (!this.#handedOver.delete(id)) this.dispatchAfterEnd(queue, 0, true);
         });
     }
+  }
+
+  #countOverRoom(id: string, queue: string, by: 1 | -1): void {
+    if (by === 1) this.#overRoom.add(id);
+    else this.#overRoom.delete(id);
+    const count = (this.#overRoomByQueue.get(queue) ?? 0) + by;
+    if (count > 0) this.#overRoomByQueue.set(queue, count);
+    else this.#overRoomByQueue.delete(queue);
   }
 
   /**
@@ -207,7 +226,8 @@ export class Dispatcher implements SlotHandOff {
     // if its execution is still here to skip it — and what the dispatch started is executed here.
     if (answers.length === 2 ? !lock?.name : runs.length === 0) return;
     if (this.#holding.get(id) === queue) this.#handedOver.add(id);
-    this.startDispatched(queue, runs);
+    // A run over the room hands its slot to one that is over the room as well (its place, not a new one).
+    this.startDispatched(queue, runs, undefined, this.#overRoom.has(id));
   }
 
   /**
@@ -220,7 +240,9 @@ export class Dispatcher implements SlotHandOff {
    * (a parent parking for the child it just queued). `owed`: this process
    * added an entry without the lock or gave a slot back without handing it
    * over — no other process will dispatch for it, so the dispatch happens
-   * even with no room here, and may start one run (as an enqueue may).
+   * even with no room here, and may start one run (as an enqueue may),
+   * unless a run so started is still executing here for the queue: its end
+   * dispatches the queue again.
    */
   dispatchAfterEnd(queue?: string, freeing = 0, owed = false): void {
     const host = this.#host;
@@ -232,7 +254,9 @@ export class Dispatcher implements SlotHandOff {
       return;
     }
     const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
-    const capacity = owed ? Math.max(1, room) : room;
+    const overRoom = owed && room <= 0 && queue !== undefined;
+    if (overRoom && this.#overRoomByQueue.has(queue)) return;
+    const capacity = overRoom ? 1 : room;
     if (capacity <= 0) return;
     this.#dispatching.set(id, undefined);
     const since = this.#waitingSince.get(id) ?? 0;
@@ -245,7 +269,7 @@ export class Dispatcher implements SlotHandOff {
           // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
           else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
-          this.startDispatched(result.queue, result.runs);
+          this.startDispatched(result.queue, result.runs, undefined, overRoom);
         }
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))

@@ -142,6 +142,61 @@ describe('a child on a queue', () => {
     expect(await engine.run(month, parent, { tenant: 't9', id: parent.key })).toEqual({ pages: parent.key.length });
   });
 
+  it('fanned out from a process with no room left, start there one at a time (over its room by one run per queue, never by the queue’s width)', async () => {
+    const wide = defineQueue({ name: uniqueKey('qc-wide'), concurrency: 6 });
+    const names = ['c0', 'c1', 'c2', 'c3', 'c4', 'c5'] as const;
+    const executing = new Set<string>();
+    const finished = new Set<string>();
+    let most = 0;
+    const child = defineWorkflow({
+      name: 'qc-fan-child',
+      version: 1,
+      input: z.object({ id: z.string() }),
+      steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS }) },
+      async run({ input, steps }) {
+        await steps.work.call(async () => {
+          executing.add(input.id);
+          most = Math.max(most, executing.size);
+          await gate(input.id).opened;
+          executing.delete(input.id);
+          finished.add(input.id);
+        });
+      },
+    });
+    const fanOut = defineWorkflow({
+      name: 'qc-fan-out',
+      version: 1,
+      input: z.object({ id: z.string() }),
+      steps: { ...Object.fromEntries(names.map((name) => [name, step(`${name}.v1`)])), hold: step('hold.v1', { timeoutMs: LONG_LEASE_MS }) } as Record<
+        (typeof names)[number] | 'hold',
+        ReturnType<typeof step>
+      >,
+      async run({ input, steps }) {
+        for (const name of names) await steps[name].startChild(child, { id: `${input.id}-${name}` }, { queue: wide.name });
+        // The parent keeps this process's one run of room until the test lets it go.
+        await steps.hold.call(() => gate(input.id).opened);
+      },
+    });
+    const engine = engineFor([fanOut, child], { queues: [wide], maxConcurrentRuns: 1, sweepIntervalMs: 3_600_000 });
+    const parent = { scope: 'acme', key: uniqueKey('qc-fan') };
+    const running = await engine.start(fanOut, parent, { id: parent.key });
+    // Each child's entry is added without the queue's lock: this process owes the queue its dispatches,
+    // and starts the children itself, no sweep; as one ends, the next starts.
+    while (finished.size < names.length) {
+      await expect.poll(() => executing.size, { timeout: PATIENCE_MS }).toBeGreaterThan(0);
+      // A moment for any further start to show before the ones executing are let go.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const letGo = [...executing];
+      for (const id of letGo) gate(id).open();
+      await expect.poll(() => letGo.every((id) => finished.has(id)), { timeout: PATIENCE_MS }).toBe(true);
+    }
+    gate(parent.key).open();
+    await running.result();
+    expect(most).toBe(1);
+    // The last child's end commits after its step: every slot given back, every entry gone.
+    await expect.poll(() => slotsHeld(db().sql, wide.name), { timeout: PATIENCE_MS }).toEqual({ held: 0, entries: 0 });
+  });
+
   it('startChild on a queue returns the child’s ref at once; the child starts when the queue has a slot', async () => {
     const launcher = defineWorkflow({
       name: 'qc-launcher',
