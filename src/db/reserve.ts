@@ -1,22 +1,26 @@
 /**
- * Reserving a pooled connection for a transaction, bounded in time and
- * proof against reservations that postgres.js 3.4 loses.
+ * Reserving a pooled connection for a transaction, bounded in time, and
+ * asked for again while it waits.
  *
  * postgres.js's `reserve()` waits for a free connection without a limit, and
- * around a connection that fails while it is being set up (a refused
- * connection, a server starting up, a backend ended) it can lose a waiting
- * reservation: handed over with that connection's reconnect and dropped there
- * (porsager/postgres#1195), or queued behind a reservation already refused,
- * which takes the next connection freed in its place. The promise of a lost
- * reservation never settles, while connections sit idle or come free.
+ * around a connection attempt that fails while it is set up (refused, a
+ * server starting up, a backend ended) it can lose a waiting reservation:
+ * handed over with a reconnect and dropped there (porsager/postgres#1195), or
+ * left in line behind a reservation already refused, which is then handed
+ * the next connection that opens — that connection stays out of the pool
+ * until its lifetime ends (30–60 min), and the reservation behind it waits.
+ * The promise of a lost reservation never settles, while connections sit
+ * idle or come free.
  *
  * So a reservation that has waited is asked for again, after 250 ms and then
- * after twice as long each time (250, 500, 1,000 … until the bound): a
- * request joins the back of the pool's queue and is served by the next
- * connection that comes free, or at once by an idle one. The first
- * connection handed over is used; any other is given straight back, as is a
- * connection that arrives after the bound. A refusal of any request fails the
- * reservation at once (Postgres is down: a caller must not wait the bound).
+ * after twice as long each time (250, 500, 1,000 … until the bound): the new
+ * request joins the pool's line and is served by the next connection that
+ * comes free, or at once by an idle one. The first connection handed over is
+ * used; any other is given straight back, as is one that arrives after the
+ * bound (postgres.js cannot take a request back: at most 1 + log2(bound / 250)
+ * requests per caller stay in line, each costing a hand-over when served).
+ * A refusal of any request fails the reservation at once: a connection
+ * attempt made for this caller failed, so Postgres is unavailable to it now.
  */
 import type postgres from 'postgres';
 import { StepkeyError } from '../errors/stepkey-error.js';

@@ -74,6 +74,8 @@ export class Dispatcher implements SlotHandOff {
    */
   readonly #overRoom = new Set<string>();
   readonly #overRoomByQueue = new Map<string, number>();
+  /** Queues with an owed dispatch left to the end of a run over the room (see dispatchAfterEnd). */
+  readonly #owedAfterOverRoom = new Set<string>();
   /**
    * Per queue, whether runs were last seen waiting in line (unknown: yes):
    * seen by a completion's lock statement, a swap or a dispatch that started
@@ -179,7 +181,12 @@ export class Dispatcher implements SlotHandOff {
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);
           if (overRoom) this.#countOverRoom(id, queue, -1);
-          if (!this.#handedOver.delete(id)) this.dispatchAfterEnd(queue, 0, true);
+          // A dispatch left to this end happens even if the end handed its slot over (the hand-off may
+          // have started nothing the request was for); while a run over the room still executes, it is
+          // left to that one's end again.
+          const handedOver = this.#handedOver.delete(id);
+          const owedLeft = this.#owedAfterOverRoom.delete(queue);
+          if (!handedOver || owedLeft) this.dispatchAfterEnd(queue, 0, true);
         });
     }
   }
@@ -255,7 +262,10 @@ export class Dispatcher implements SlotHandOff {
     }
     const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
     const overRoom = owed && room <= 0 && queue !== undefined;
-    if (overRoom && this.#overRoomByQueue.has(queue)) return;
+    if (overRoom && this.#overRoomByQueue.has(queue)) {
+      this.#owedAfterOverRoom.add(queue);
+      return;
+    }
     const capacity = overRoom ? 1 : room;
     if (capacity <= 0) return;
     this.#dispatching.set(id, undefined);
