@@ -75,10 +75,12 @@ async function operate(operation: Operation, sql: TxSql, scope: string, order: O
 const tenantOf = (authorization: string | null | undefined) => /^Bearer (\S+)$/.exec(authorization ?? '')?.[1] ?? null;
 
 async function listening(server: Server): Promise<string> {
-  // Idle keep-alive sockets are dropped by the client (fetch: after 4 s) long before the server
-  // closes them: on a busy host a request sent on a socket the server was closing at that moment
-  // failed with "other side closed" (the server's default is 5 s).
-  server.keepAliveTimeout = 30_000;
+  // Only the client drops idle keep-alive sockets. A server that closes them advertises its timeout
+  // (Keep-Alive: timeout=N), and fetch keeps a socket until a second before it: on a busy host, whose
+  // timers ran late by more than that, a request went out on a socket the server was closing and
+  // failed with "other side closed" (with the server's 5 s, and with 30 s). With no timeout the server
+  // advertises none, and fetch drops idle sockets after its own 4 s; closing() ends the rest.
+  server.keepAliveTimeout = 0;
   if (!server.listening) await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
