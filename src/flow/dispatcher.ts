@@ -67,13 +67,12 @@ export class Dispatcher implements SlotHandOff {
   readonly #handedOver = new Set<string>();
   /**
    * Runs executing here that an owed dispatch started with no room left here
-   * (or that such a run's completion handed its slot to), and how many per
-   * queue: at most one per queue at a time. Its end dispatches the queue
+   * (or that such a run's completion handed its slot to), with the queue of
+   * each: at most one per queue at a time. Its end dispatches the queue
    * again, so the queue drains here one run at a time over the room, never
    * by its own width.
    */
-  readonly #overRoom = new Set<string>();
-  readonly #overRoomByQueue = new Map<string, number>();
+  readonly #overRoom = new Map<string, string>();
   /** Queues with an owed dispatch left to the end of a run over the room (see dispatchAfterEnd). */
   readonly #owedAfterOverRoom = new Set<string>();
   /**
@@ -174,13 +173,13 @@ export class Dispatcher implements SlotHandOff {
       const id = idOf(lease);
       const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
       this.#holding.set(id, queue);
-      if (overRoom) this.#countOverRoom(id, queue, 1);
+      if (overRoom) this.#overRoom.set(id, queue);
       this.#host
         .execute(lease, mine ? own : undefined, run.fresh)
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);
-          if (overRoom) this.#countOverRoom(id, queue, -1);
+          if (overRoom) this.#overRoom.delete(id);
           // A dispatch left to this end happens even if the end handed its slot over (the hand-off may
           // have started nothing the request was for); while a run over the room still executes, it is
           // left to that one's end again.
@@ -189,14 +188,6 @@ export class Dispatcher implements SlotHandOff {
           if (!handedOver || owedLeft) this.dispatchAfterEnd(queue, 0, true);
         });
     }
-  }
-
-  #countOverRoom(id: string, queue: string, by: 1 | -1): void {
-    if (by === 1) this.#overRoom.add(id);
-    else this.#overRoom.delete(id);
-    const count = (this.#overRoomByQueue.get(queue) ?? 0) + by;
-    if (count > 0) this.#overRoomByQueue.set(queue, count);
-    else this.#overRoomByQueue.delete(queue);
   }
 
   /**
@@ -262,7 +253,7 @@ export class Dispatcher implements SlotHandOff {
     }
     const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
     const overRoom = owed && room <= 0 && queue !== undefined;
-    if (overRoom && this.#overRoomByQueue.has(queue)) {
+    if (overRoom && [...this.#overRoom.values()].includes(queue)) {
       this.#owedAfterOverRoom.add(queue);
       return;
     }

@@ -6,58 +6,21 @@
  * for a connection while the pool has one idle or coming free — postgres.js
  * 3.4 loses such waiting reservations (src/db/reserve.ts).
  */
-import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { connect, type Database } from '../../src/db/connect.js';
 import { Transaction } from '../../src/db/transaction.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
+import { proxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 
 const db = useTestDatabase({ max: 4 });
-/** How many of the next connections the relay answers as a server starting up. */
-let refuseNext = 0;
-let relay: Server;
-let url = '';
-
-/** An ErrorResponse as a server that is starting up sends it (SQLSTATE 57P03). */
-function startingUp(): Buffer {
-  const fields = Buffer.from('SFATAL\0VFATAL\0C57P03\0Mthe database system is starting up\0\0');
-  const header = Buffer.alloc(5);
-  header.write('E');
-  header.writeUInt32BE(4 + fields.length, 1);
-  return Buffer.concat([header, fields]);
-}
+let relay: TcpProxy;
 
 beforeAll(async () => {
-  const target = new URL(db().url);
-  relay = createServer((client: Socket) => {
-    if (refuseNext > 0) {
-      refuseNext -= 1;
-      // Its answer to the startup message, and the close a moment later (as it reaches the client).
-      client.once('data', () => {
-        client.write(startingUp());
-        setTimeout(() => client.end(), 150);
-      });
-      return;
-    }
-    const upstream = netConnect(Number(target.port || 5432), target.hostname);
-    for (const [one, other] of [[client, upstream], [upstream, client]] as const) {
-      one.on('error', () => other.destroy());
-      one.on('close', () => other.destroy());
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', () => resolve()));
-  const relayed = new URL(db().url);
-  relayed.hostname = '127.0.0.1';
-  relayed.port = String((relay.address() as AddressInfo).port);
-  url = relayed.toString();
+  relay = proxy(new URL(db().url));
+  await relay.up();
 });
-afterAll(async () => {
-  await new Promise<void>((resolve) => relay.close(() => resolve()));
-});
+afterAll(() => relay.down());
 
 /** Two transactions at once on the pool of two; each answers 'ok' or why it failed. */
 async function twoAtOnce(pool: Database, sleepSeconds: number): Promise<string[]> {
@@ -75,9 +38,9 @@ async function twoAtOnce(pool: Database, sleepSeconds: number): Promise<string[]
 it('fails only the transaction whose connection attempt was refused, and leaves no other waiting while a connection is free', async () => {
   for (let round = 1; round <= 4; round += 1) {
     // A new pool each round: both transactions open its first connections, one of them refused.
-    const pool = connect(url, { max: 2 });
+    const pool = connect(relay.url, { max: 2 });
     try {
-      refuseNext = 1;
+      relay.startingUp(1);
       const outcomes = await twoAtOnce(pool, 0);
       expect(outcomes.filter((outcome) => outcome !== 'ok').length, `round ${round}: ${outcomes.join(' | ')}`).toBeLessThanOrEqual(1);
       expect(outcomes.every((outcome) => outcome === 'ok' || /starting up/.test(outcome)), `round ${round}: ${outcomes.join(' | ')}`).toBe(true);
