@@ -6,84 +6,28 @@
  * while another run holds the queue's only slot, never runs beside it, and
  * completes once the holder ends, with its finished steps replayed. A failed
  * run holds no slot and is not dispatched; an expired one leaves the queue;
- * an entry written before migration 0009 behaves, and one failed before
- * migration 0014 (which moved the park from a trigger into the resuming
- * writes) resumes into a slot after it.
+ * entries written before migrations 0009 and 0014: flow-requeue-upgrades.test.ts.
  */
-import postgres from 'postgres';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { operatorActions } from '../../src/actions/operator-actions.js';
 import { systemClock } from '../../src/db/clock.js';
-import { connect, type Database } from '../../src/db/connect.js';
-import { migrate } from '../../src/db/migrate.js';
 import { isStepkeyError } from '../../src/errors/stepkey-error.js';
-import { defineQueue } from '../../src/flow/define-queue.js';
 import { newRootKey } from '../../src/keys/derive.js';
-import { purposeFingerprint } from '../../src/keys/fingerprint.js';
 import { claimRun } from '../../src/lifecycle/claim.js';
 import { purgeExpiredRows } from '../../src/ledger/sql/purge.js';
 import { takeOverRun } from '../../src/lifecycle/take-over.js';
 import { failRunStatement } from '../../src/lifecycle/fail.js';
 import { makeRunDue } from '../../src/lifecycle/resume.js';
 import { listQueues } from '../../src/read/sql/queues.js';
-import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
-import { onCitus, useEmptyDatabase, useTestDatabase, type TestDatabase } from '../helpers/database.js';
-import { testEngine } from '../helpers/engine.js';
-import { createIntervals, gates, maxOverlap, readIntervals, recordEnd, recordStart, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
+import { onCitus, useTestDatabase } from '../helpers/database.js';
+import { createIntervals, maxOverlap, readIntervals, slotsHeld, waitForRunsToEnd } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
-import { migrateBefore } from '../helpers/migrations.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
+import { enqueueFingerprint, requeueFixture, runStatus, type Ref } from '../helpers/requeue.js';
 
 const db = useTestDatabase();
-/** The database the workflow records its intervals in (the upgrade test switches it). */
-let current: () => Database = db;
-
-/** Gates the test opens: a run waits at its step until its gate opens. */
-const { gate, openAll } = gates();
-/** Runs whose work step throws (a retryable error, past its two attempts: the run fails, resumable). */
-const failing = new Set<string>();
-const prepared = new Map<string, number>();
-const worked = new Map<string, number>();
-
-const flaky = defineWorkflow({
-  name: 'rq-flaky',
-  version: 1,
-  input: z.object({ id: z.string(), hold: z.boolean().default(false) }),
-  steps: {
-    prep: step('rq-prep.v1'),
-    // Held at a gate the test opens: no attempt timeout cuts it first, however long a busy host takes.
-    work: step('rq-work.v1', { retry: { attempts: 2, initialDelayMs: 10 }, timeoutMs: LONG_LEASE_MS }),
-  },
-  async run({ input, steps }) {
-    await steps.prep.call(async () => {
-      prepared.set(input.id, (prepared.get(input.id) ?? 0) + 1);
-      return 'prepared';
-    });
-    await steps.work.call(async () => {
-      const interval = await recordStart(current().sql, input.id, 't');
-      try {
-        if (input.hold) await gate(input.id).opened;
-        if (failing.has(input.id)) throw new Error('provider down');
-        worked.set(input.id, (worked.get(input.id) ?? 0) + 1);
-        return input.id;
-      } finally {
-        await recordEnd(current().sql, interval);
-      }
-    });
-    return { id: input.id };
-  },
-});
-
-const single = defineQueue({ name: 'rq-single', concurrency: 1 });
-
-const engines: Engine[] = [];
-const engine = (database: TestDatabase = db(), options: Parameters<typeof testEngine>[2] = {}) => {
-  const made = testEngine(database, [flaky], { queues: [single], ...options });
-  engines.push(made);
-  return made;
-};
+const { flaky, single, gate, openAll, failing, prepared, worked, engines, engine } = requeueFixture(db);
 
 beforeAll(async () => {
   await createIntervals(db().sql);
@@ -93,13 +37,8 @@ afterEach(async () => {
   await Promise.all(engines.splice(0).map((e) => e.shutdown({ timeoutMs: 5_000 })));
 });
 
-type Ref = { scope: string; key: string };
-const status = async (sql: Database['sql'], ref: Ref) =>
-  (await sql<{ status: string; wait_kind: string | null; lease_token: string | null }[]>`
-    select status, wait_kind, lease_token::text from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
+const status = runStatus;
 
-/** The fingerprint engine.enqueue gives a run of `flaky` on `single` at priority 0. */
-const enqueueFingerprint = (input: unknown) => purposeFingerprint('rq-flaky', { input, queue: 'rq-single', priority: 0 });
 
 /**
  * Until no transaction holds the queue's lock: on Citus an enqueue that finds it held never waits
@@ -361,130 +300,5 @@ describe('a failed queued run that is resumed', () => {
     await purgeExpiredRows(db().sql, e.clock, 100);
     expect(await status(db().sql, purged)).toBeUndefined();
     expect(await slotsHeld(db().sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
-  });
-});
-
-describe('an upgrade to migration 0014', () => {
-  const empty = useEmptyDatabase('requeue_upgrade_0014');
-  afterAll(() => {
-    current = db;
-  });
-
-  it('resumes a queued run that failed before it into a slot, and a run in flight before it ends', async () => {
-    const url = await empty();
-    // stepkey's migrations up to 0013: the ledger still has the trigger that parked a resumed run.
-    await migrateBefore(url, '0014');
-    const ref = { scope: 'acme', key: uniqueKey('rq-up14') };
-    const inFlight = { scope: 'acme', key: `${ref.key}-in-flight` };
-    // Written by the previous release: a queued run that failed (its entry marked failed, as its
-    // trigger marked it), and a queued run holding the slot whose process died at its gate.
-    const old = postgres(url, { max: 1, onnotice: () => {} });
-    try {
-      await old`insert into stepkey.queues (name, concurrency) values ('rq-single', 1)`;
-      const input = { id: ref.key, hold: false };
-      await old`
-        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, attempts, version, input, root_key, last_error,
-                                    expires_at, created_at, updated_at)
-        values (${ref.scope}, ${ref.key}, 'run', 'rq-flaky', ${enqueueFingerprint(input)}, 'failed', 1, 1, ${JSON.stringify(input)},
-                ${newRootKey(ref.scope, ref.key)}, '{"name":"Error","message":"provider down"}', now() + interval '1 day', now(), now())`;
-      await old`insert into stepkey.queue_entries (scope, key, queue, partition, failed) values (${ref.scope}, ${ref.key}, 'rq-single', '', true)`;
-      const holdInput = { id: inFlight.key, hold: true };
-      await old`
-        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, lease_token, locked_until, attempts, version, input,
-                                    root_key, created_at, updated_at)
-        values (${inFlight.scope}, ${inFlight.key}, 'run', 'rq-flaky', ${enqueueFingerprint(holdInput)}, 'in_progress', gen_random_uuid(),
-                now() - interval '1 minute', 1, 1, ${JSON.stringify(holdInput)}, ${newRootKey(inFlight.scope, inFlight.key)}, now(), now())`;
-      await old`
-        insert into stepkey.queue_entries (scope, key, queue, partition, holding, granted_at)
-        values (${inFlight.scope}, ${inFlight.key}, 'rq-single', '', true, now())`;
-    } finally {
-      await old.end();
-    }
-
-    await migrate(url);
-    const upgraded = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade_0014' });
-    current = () => upgraded;
-    try {
-      await createIntervals(upgraded.sql);
-      const e = engine(upgraded);
-      expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
-      expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
-      // The run in flight is taken over; once it ends, the resumed run gets the slot.
-      gate(inFlight.key).open();
-      await e.sweep();
-      await waitForRunsToEnd(upgraded.sql, ref.key);
-      expect(await status(upgraded.sql, ref)).toMatchObject({ status: 'completed' });
-      expect(await status(upgraded.sql, inFlight)).toMatchObject({ status: 'completed' });
-      expect(prepared.get(ref.key)).toBe(1);
-      expect(worked.get(ref.key)).toBe(1);
-      // Both runs' intervals (the run in flight's key starts with the resumed run's): never two at once.
-      expect(maxOverlap(await readIntervals(upgraded.sql, ref.key)).overall).toBe(1);
-      expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
-    } finally {
-      await Promise.all(engines.splice(0).map((made) => made.shutdown({ timeoutMs: 5_000 })));
-      await upgraded.close();
-      current = db;
-    }
-  });
-});
-
-
-describe('an upgrade to migration 0009', () => {
-  let url = '';
-  const empty = useEmptyDatabase('requeue_upgrade');
-  afterAll(() => {
-    current = db;
-  });
-
-  it('keeps queue entries written before it: dispatched, failed, resumed into a slot', async () => {
-    url = await empty();
-
-    // stepkey's migrations up to 0008.
-    await migrateBefore(url, '0009');
-    const old = postgres(url, { max: 1, onnotice: () => {} });
-    try {
-      // A run queued by the previous release: parked for a slot, and its entry.
-      const ref = { scope: 'acme', key: uniqueKey('rq-upgrade') };
-      await old`insert into stepkey.queues (name, concurrency) values ('rq-single', 1)`;
-      await old`
-        insert into stepkey.ledger (scope, key, kind, name, fingerprint, status, attempts, version, input, root_key,
-                                    wait_kind, wait_step, wait_for, created_at, updated_at)
-        values (${ref.scope}, ${ref.key}, 'run', 'rq-flaky', 'fp-before-0009', 'waiting', 1, 1,
-                ${JSON.stringify({ id: ref.key, hold: false })}, ${newRootKey(ref.scope, ref.key)},
-                'slot', 'queue:rq-single', 'rq-single', now(), now())`;
-      await old`insert into stepkey.queue_entries (scope, key, queue, partition) values (${ref.scope}, ${ref.key}, 'rq-single', '')`;
-      await old.end();
-
-      await migrate(url);
-      const upgraded = Object.assign(connect(url, { max: 5 }), { name: 'requeue_upgrade' });
-      current = () => upgraded;
-      try {
-        await createIntervals(upgraded.sql);
-        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
-        failing.add(ref.key);
-        const e = engine(upgraded);
-        // Dispatched like any queued run; it fails, keeps its entry, holds no slot.
-        await e.sweep();
-        await expect.poll(async () => (await status(upgraded.sql, ref))?.status).toBe('failed');
-        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 1 });
-        // Another run holds the slot; the resumed run waits for it.
-        const holder = { scope: 'acme', key: `${ref.key}-holder` };
-        await e.enqueue(flaky, holder, { id: holder.key, hold: true }, { queue: single });
-        await expect.poll(async () => (await readIntervals(upgraded.sql, holder.key)).length).toBe(1);
-        failing.delete(ref.key);
-        expect(await e.resume(ref)).toMatchObject({ state: 'waiting', wait: { kind: 'slot' } });
-        expect(await status(upgraded.sql, ref)).toEqual({ status: 'waiting', wait_kind: 'slot', lease_token: null });
-        gate(holder.key).open();
-        await waitForRunsToEnd(upgraded.sql, ref.key);
-        expect(await status(upgraded.sql, ref)).toMatchObject({ status: 'completed' });
-        expect(maxOverlap(await readIntervals(upgraded.sql, ref.key)).overall).toBe(1);
-        expect(await slotsHeld(upgraded.sql, 'rq-single')).toEqual({ held: 0, entries: 0 });
-      } finally {
-        await Promise.all(engines.splice(0).map((engine) => engine.shutdown({ timeoutMs: 5_000 })));
-        await upgraded.close();
-      }
-    } finally {
-      await old.end().catch(() => {});
-    }
   });
 });
