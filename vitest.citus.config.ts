@@ -12,12 +12,14 @@ export const citusFiles = [
   'test/integration/waits-events.test.ts',
   'test/integration/waits-children.test.ts',
   'test/integration/cancel-tree.test.ts',
-  // queues: dispatch in order, by partition, rated; a slot given back; a failed queued run resumed; a child on a queue
+  // queues: dispatch in order, by partition, rated; a slot given back; a failed queued run resumed (also one written before an upgrade); a child on a queue
   'test/integration/flow-queues.test.ts',
   'test/integration/flow-requeue.test.ts',
+  'test/integration/flow-requeue-upgrades.test.ts',
   'test/integration/queued-children.test.ts',
-  // step limits: slots and tokens taken on the coordinator, given back when a step is recorded, a run ends, fails, parks or is cancelled
+  // step limits: slots and tokens taken on the coordinator, given back when a step is recorded, a run ends, fails, parks or is cancelled; bad input
   'test/integration/flow-limits.test.ts',
+  'test/integration/flow-limits-input.test.ts',
   // an effect enqueued with its step and delivered once
   'test/integration/outbox.test.ts',
   // the purge of expired keys; a key reused after its retention
