@@ -14,7 +14,7 @@
  */
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { StepkeyError } from '../errors/stepkey-error.js';
+import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
 import { newRootKey, storedRootKey } from '../keys/derive.js';
 import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { probeKey } from '../ledger/claim.js';
@@ -137,6 +137,8 @@ export function fingerprintsOf(name: string, raw: unknown, validated: unknown, o
       legacyFingerprint: () => legacyPurposeFingerprint(name, validated, exclude),
     };
   } catch (error) {
+    // A bad option (exclude) is the caller's, not the input's.
+    if (isStepkeyError(error) && error.code === 'invalid_options') throw error;
     throw new StepkeyError('invalid_input', `The input of workflow '${name}' cannot be fingerprinted: ${(error as Error).message}`, {
       cause: error,
     });

@@ -149,7 +149,8 @@ export class Engine<Registered extends Workflow = Workflow> {
     assertValidRef(ref);
     const definition = this.registry.require(workflow);
     const run = queuedRun(this.#core.flow, definition, ref, input, options);
-    const fingerprints = fingerprintsOf(definition.name, run.fingerprinted, run.validatedFingerprinted, options);
+    // `exclude` names fields of the input: the fingerprint covers the input within { input, queue, priority }.
+    const fingerprints = fingerprintsOf(definition.name, run.fingerprinted, run.validatedFingerprinted, { ...options, exclude: run.exclude });
     const { claim, own, rootKey: root, queued, requeued } = await this.#core.dispatcher.enqueue(definition, ref, run, fingerprints);
     // A run this enqueue took over (its process died): executed here, as any claim's takeover is.
     if (claim.state === 'owned' && claim.resumed) this.#core.runs.resumeClaimed(claim).catch(() => {});

@@ -22,11 +22,19 @@ export interface QueuedRun {
   /** What the run's fingerprint covers: the input as given, the queue and the priority. */
   fingerprinted: unknown;
   validatedFingerprinted: unknown;
+  /** The volatile input fields left out of it (`exclude`), as paths into `fingerprinted`. */
+  exclude?: string[];
   /** Its deadline (the start's, or its workflow's). */
   deadline: ResolvedDeadline | undefined;
 }
 
-export function queuedRun(flow: FlowControl, definition: Workflow, ref: KeyRef, input: unknown, options: EnqueueOptions & { deadline?: Deadline }): QueuedRun {
+export function queuedRun(
+  flow: FlowControl,
+  definition: Workflow,
+  ref: KeyRef,
+  input: unknown,
+  options: EnqueueOptions & { deadline?: Deadline; exclude?: string[] },
+): QueuedRun {
   if (!options || typeof options !== 'object') {
     throw new StepkeyError('invalid_options', 'enqueue needs options with a queue: { queue, priority?, delayMs? }.');
   }
@@ -51,6 +59,13 @@ export function queuedRun(flow: FlowControl, definition: Workflow, ref: KeyRef, 
     entry: { queue: queue.name, partition, priority, delayMs },
     fingerprinted: { input, queue: queue.name, priority },
     validatedFingerprinted: { input: parsed.data, queue: queue.name, priority },
+    ...(options.exclude !== undefined ? { exclude: withinInput(options.exclude) } : {}),
     deadline,
   };
+}
+
+/** `exclude`'s paths into the input, as paths into `fingerprinted`; anything else passed on as it is, for the fingerprint to refuse as it refuses a start's. */
+function withinInput(exclude: string[]): string[] {
+  if (!Array.isArray(exclude)) return exclude;
+  return exclude.map((path) => (typeof path === 'string' && path !== '' ? `input.${path}` : path));
 }

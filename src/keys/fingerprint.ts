@@ -16,6 +16,7 @@
  *                 claim that meets one compares the request's v1 fingerprint.
  */
 import { hash } from 'node:crypto';
+import { StepkeyError } from '../errors/stepkey-error.js';
 import { canonicalJson, type CanonicalOptions } from './canonical-json.js';
 
 export type FingerprintOptions = CanonicalOptions;
@@ -28,8 +29,21 @@ export function fingerprint(value: unknown, options: FingerprintOptions = {}): s
 }
 
 function purposeHash(purpose: string, input: unknown, options: FingerprintOptions): string {
-  const exclude = options.exclude?.map((path) => `input.${path}`);
+  const exclude = options.exclude === undefined ? undefined : excludedPaths(options.exclude).map((path) => `input.${path}`);
   return fingerprint({ for: purpose, input }, exclude ? { exclude } : {});
+}
+
+/** `exclude` as given, checked before its paths are placed under `input` (where '' would pass as 'input.'). */
+function excludedPaths(exclude: unknown): readonly string[] {
+  if (!Array.isArray(exclude)) {
+    throw new StepkeyError('invalid_options', `exclude must be an array of paths such as 'meta.traceId', got ${typeof exclude}.`);
+  }
+  for (const path of exclude) {
+    if (typeof path !== 'string' || path.length === 0) {
+      throw new StepkeyError('invalid_options', `An excluded path must be a non-empty string, got ${JSON.stringify(path) ?? String(path)}.`);
+    }
+  }
+  return exclude as string[];
 }
 
 /**

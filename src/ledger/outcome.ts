@@ -19,10 +19,15 @@ function formatPath(path: readonly (string | number)[]): string {
  * drops them.
  */
 export function toJsonText(value: unknown, what = 'outcome'): string {
+  return jsonTextOf(value, `The ${what}`);
+}
+
+/** toJsonText, its error naming the value by `subject` as given (a sentence's start: "The output of step 'x'"). */
+export function jsonTextOf(value: unknown, subject: string): string {
   const path: (string | number)[] = [];
   const seen = new Set<object>();
   const fail = (problem: string): never => {
-    throw new StepkeyError('not_serializable', `The ${what} is not JSON-serialisable: ${problem} at ${formatPath(path)}.`, {
+    throw new StepkeyError('not_serializable', `${subject} is not JSON-serialisable: ${problem} at ${formatPath(path)}.`, {
       details: { path: formatPath(path) },
     });
   };

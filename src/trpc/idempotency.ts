@@ -100,7 +100,7 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
         const request = readKeyedRequest(config, access, ctx, mode);
         if (!request) return opts.next<Overrides>({ ctx: pass(undefined) });
         const input = await validatedInput(opts, 'idempotency.procedure()');
-        const what = `result of ${opts.path}`;
+        const what = `The result of ${opts.path}`;
         let first: Result | undefined;
         let result;
         try {

@@ -6,10 +6,11 @@
  */
 import type { z } from 'zod';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { toJsonText } from '../ledger/outcome.js';
+import { jsonTextOf } from '../ledger/outcome.js';
 
+/** `what` names the value at a sentence's start ("The output of step 'x'"), in every error here. */
 export function encodeValue(value: unknown, what: string): string {
-  return value === undefined ? '' : toJsonText(value, what);
+  return value === undefined ? '' : jsonTextOf(value, what);
 }
 
 export function decodeValue(body: string, schema: z.ZodType | undefined, what: string): unknown {

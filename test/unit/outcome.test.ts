@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { NonRetryableError, isNonRetryable, serializeError, toJsonText } from '../../src/ledger/outcome.js';
 import { StepkeyError } from '../../src/errors/stepkey-error.js';
+import { encodeValue } from '../../src/workflow/values.js';
 
 describe('toJsonText', () => {
   it('keeps the value exactly as JSON.stringify writes it, key order included', () => {
@@ -31,6 +32,13 @@ describe('toJsonText', () => {
     expect(caught).toBeInstanceOf(StepkeyError);
     expect((caught as StepkeyError).code).toBe('not_serializable');
     expect((caught as StepkeyError).message).toMatch(message);
+  });
+
+  it('names the value once: a noun after "The", or a step\'s value as its caller names it', () => {
+    expect(() => toJsonText(new Map(), 'error')).toThrow(/^The error is not JSON-serialisable: a Map at \$\.$/);
+    expect(() => encodeValue(new Map(), "The output of step 'charge.v1'")).toThrow(
+      /^The output of step 'charge\.v1' is not JSON-serialisable: a Map at \$\.$/,
+    );
   });
 });
 
