@@ -154,7 +154,7 @@ export class Engine<Registered extends Workflow = Workflow> {
     const { claim, own, rootKey: root, queued, requeued } = await this.#core.dispatcher.enqueue(definition, ref, run, fingerprints);
     // A run this enqueue took over (its process died): executed here, as any claim's takeover is.
     if (claim.state === 'owned' && claim.resumed) this.#core.runs.resumeClaimed(claim).catch(() => {});
-    if (claim.state === 'mismatch') throw mismatchError(ref, claim.existing);
+    if (claim.state === 'mismatch') throw mismatchError(ref, claim.existing, 'input, queue or priority');
     return { ...runHandle(this.#core, workflow, ref, own ? root : foundRootKey(ref, claim), own, fingerprints), queued, requeued };
   }
 

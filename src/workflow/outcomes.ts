@@ -137,11 +137,12 @@ export function unwrap(registry: WorkflowRegistry, ref: KeyRef, settled: Settled
   }
 }
 
-export function mismatchError(ref: KeyRef, existing: { kind: LedgerKind; name: string | null }): StepkeyError {
+/** `covers`: what the fingerprint covers besides the operation (an enqueue's: its queue and priority too). */
+export function mismatchError(ref: KeyRef, existing: { kind: LedgerKind; name: string | null }, covers = 'input'): StepkeyError {
   return new StepkeyError(
     'mismatch',
     `Key '${ref.key}' in scope '${ref.scope}' was first used for ${existing.kind} '${existing.name ?? '?'}' ` +
-      'with another input; a key names one operation and cannot be reused with a different payload.',
+      `with another ${covers}; a key names one operation and cannot be reused with a different payload.`,
     { details: { existing } },
   );
 }

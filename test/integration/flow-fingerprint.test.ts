@@ -58,6 +58,10 @@ describe("an enqueue's fingerprint", () => {
     // Another amount is another request under the same key; so is the retry without its exclude.
     expect(await codeOf(e.enqueue(order, ref, { id: ref.key, cents: 900, meta: { sentAt: '10:00:07' } }, { queue: orders, exclude }))).toBe('mismatch');
     expect(await codeOf(e.enqueue(order, ref, { id: ref.key, cents: 500, meta: { sentAt: '10:00:07' } }, { queue: orders }))).toBe('mismatch');
+    // The refusal says what an enqueue's fingerprint covers.
+    await expect(e.enqueue(order, ref, { id: ref.key, cents: 500, meta: { sentAt: '10:00:00' } }, { queue: orders, priority: 3, exclude })).rejects.toThrow(
+      /first used for run 'fp-order' with another input, queue or priority/,
+    );
     await waitForRunsToEnd(db().sql, ref.key);
     expect(executions.get(ref.key)).toBe(1);
     expect(await slotsHeld(db().sql, orders.name)).toEqual({ held: 0, entries: 0 });
