@@ -6,6 +6,7 @@
  */
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { toJsonText } from '../ledger/outcome.js';
+import { checkedExclude } from '../keys/fingerprint.js';
 import type { KeyRef } from '../ledger/types.js';
 import type { Workflow } from '../workflow/define.js';
 import { resolveDeadline, type Deadline, type ResolvedDeadline } from '../lifecycle/deadline.js';
@@ -33,7 +34,7 @@ export function queuedRun(
   definition: Workflow,
   ref: KeyRef,
   input: unknown,
-  options: EnqueueOptions & { deadline?: Deadline; exclude?: string[] },
+  options: EnqueueOptions & { deadline?: Deadline; exclude?: readonly string[] },
 ): QueuedRun {
   if (!options || typeof options !== 'object') {
     throw new StepkeyError('invalid_options', 'enqueue needs options with a queue: { queue, priority?, delayMs? }.');
@@ -64,8 +65,7 @@ export function queuedRun(
   };
 }
 
-/** `exclude`'s paths into the input, as paths into `fingerprinted`; anything else passed on as it is, for the fingerprint to refuse as it refuses a start's. */
-function withinInput(exclude: string[]): string[] {
-  if (!Array.isArray(exclude)) return exclude;
-  return exclude.map((path) => (typeof path === 'string' && path !== '' ? `input.${path}` : path));
+/** `exclude`'s paths into the input, checked, as paths into `fingerprinted` (`{ input, queue, priority }`). */
+function withinInput(exclude: readonly string[]): string[] {
+  return checkedExclude(exclude).map((path) => `input.${path}`);
 }

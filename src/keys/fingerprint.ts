@@ -29,12 +29,15 @@ export function fingerprint(value: unknown, options: FingerprintOptions = {}): s
 }
 
 function purposeHash(purpose: string, input: unknown, options: FingerprintOptions): string {
-  const exclude = options.exclude === undefined ? undefined : excludedPaths(options.exclude).map((path) => `input.${path}`);
+  const exclude = options.exclude === undefined ? undefined : checkedExclude(options.exclude).map((path) => `input.${path}`);
   return fingerprint({ for: purpose, input }, exclude ? { exclude } : {});
 }
 
-/** `exclude` as given, checked before its paths are placed under `input` (where '' would pass as 'input.'). */
-function excludedPaths(exclude: unknown): readonly string[] {
+/**
+ * `exclude` as given, checked (invalid_options) before its paths are placed
+ * under anything (where '' would pass as 'input.' and exclude nothing).
+ */
+export function checkedExclude(exclude: unknown): readonly string[] {
   if (!Array.isArray(exclude)) {
     throw new StepkeyError('invalid_options', `exclude must be an array of paths such as 'meta.traceId', got ${typeof exclude}.`);
   }
