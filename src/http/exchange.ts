@@ -8,6 +8,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { Logger } from '../log/logger.js';
 import type { Engine } from '../engine/engine.js';
 import type { RequestBody } from './request-body.js';
+import { definedExclude } from '../idempotency/fingerprints.js';
 
 export interface Exchange {
   /** Upper case. */
@@ -54,8 +55,17 @@ export function routeName(options: RouteOptions, exchange: Pick<Exchange, 'metho
   return options.route ?? `${exchange.method} ${exchange.pathname}`;
 }
 
-/** The route's keyed methods, upper case, checked once when it is defined. */
-export function keyedMethods(options: RouteOptions): Set<string> {
+/**
+ * A route's options, checked once when it is defined: its keyed methods (upper
+ * case) and its excluded JSON fields (a bad one is a definition_error).
+ */
+export function definedRoute<O extends RouteOptions & { exclude?: string[] }>(options: O, what: string): { methods: Set<string>; options: O } {
+  const exclude = definedExclude(options.exclude, `stepkey/http ${what}`);
+  return { methods: keyedMethods(options), options: exclude === undefined ? options : { ...options, exclude } };
+}
+
+/** The route's keyed methods, upper case. */
+function keyedMethods(options: RouteOptions): Set<string> {
   const methods = options.methods ?? DEFAULT_KEYED_METHODS;
   if (!Array.isArray(methods) || methods.length === 0 || methods.some((method) => typeof method !== 'string' || !/^[A-Za-z]+$/.test(method))) {
     throw new TypeError(`stepkey/http: { methods } must be a non-empty list of HTTP method names, got ${JSON.stringify(methods)}.`);

@@ -12,7 +12,7 @@
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow } from '../workflow/define.js';
 import type { HandlerAnswer, WireAnswer } from './answer.js';
-import { DEFAULT_MAX_BODY_BYTES, keyedMethods, type Exchange, type HttpIdempotencySetup } from './exchange.js';
+import { DEFAULT_MAX_BODY_BYTES, definedRoute, type Exchange, type HttpIdempotencySetup } from './exchange.js';
 import { answerKeyed, type HandlerCallFor, type HandlerOptions } from './keyed-handler.js';
 import { tooLarge } from './node-body.js';
 import { problem } from './problem.js';
@@ -120,8 +120,9 @@ export function createFetchIdempotency<C = unknown>(config: FetchIdempotencyConf
       options: O,
       handler: (request: Request, call: HandlerCallFor<O> & { context: C | undefined }) => Promise<HandlerAnswer> | HandlerAnswer,
     ): FetchHandler<C> {
-      return serve(keyedMethods(options), (exchange, handlerRequest, context) =>
-        answerKeyed(config, options, exchange, async (call) => handler(await handlerRequest(), { ...call, context })),
+      const route = definedRoute(options, `handler ${options.route ?? ''}`.trimEnd());
+      return serve(route.methods, (exchange, handlerRequest, context) =>
+        answerKeyed(config, route.options, exchange, async (call) => handler(await handlerRequest(), { ...call, context })),
       );
     },
     /** A workflow route: starts the run under the caller's key and answers its result (202 while it waits). */
@@ -129,7 +130,8 @@ export function createFetchIdempotency<C = unknown>(config: FetchIdempotencyConf
       const { engine } = config;
       if (!engine) throw new StepkeyError('definition_error', `createFetchIdempotency({ engine }) is needed for the workflow route of ${workflow.name}.`);
       engine.registry.require(workflow);
-      return serve(keyedMethods(options), (exchange, handlerRequest) => answerWorkflow({ ...config, engine }, workflow, options, exchange, handlerRequest));
+      const route = definedRoute(options, `workflow route of ${workflow.name}`);
+      return serve(route.methods, (exchange, handlerRequest) => answerWorkflow({ ...config, engine }, workflow, route.options, exchange, handlerRequest));
     },
   };
 }

@@ -12,7 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import type { Workflow } from '../workflow/define.js';
 import type { HandlerAnswer, WireAnswer } from './answer.js';
-import { DEFAULT_MAX_BODY_BYTES, keyedMethods, type Exchange, type HttpIdempotencySetup } from './exchange.js';
+import { DEFAULT_MAX_BODY_BYTES, definedRoute, type Exchange, type HttpIdempotencySetup } from './exchange.js';
 import { answerKeyed, type HandlerCallFor, type HandlerOptions } from './keyed-handler.js';
 import { readNodeBody } from './node-body.js';
 import { problem } from './problem.js';
@@ -93,14 +93,16 @@ export function createNodeIdempotency<Req extends IncomingMessage = IncomingMess
       options: O,
       handler: (req: Req, call: HandlerCallFor<O>) => Promise<HandlerAnswer> | HandlerAnswer,
     ): NodeHandler<Req, Res> {
-      return serve(keyedMethods(options), (exchange, req) => answerKeyed(config, options, exchange, (call) => handler(req, call)));
+      const route = definedRoute(options, `handler ${options.route ?? ''}`.trimEnd());
+      return serve(route.methods, (exchange, req) => answerKeyed(config, route.options, exchange, (call) => handler(req, call)));
     },
     /** A workflow route: starts the run under the caller's key and answers its result (202 while it waits). */
     workflow<W extends Workflow>(workflow: W, options: WorkflowRouteOptions<Req, W> = {}): NodeHandler<Req, Res> {
       const { engine } = config;
       if (!engine) throw new StepkeyError('definition_error', `createNodeIdempotency({ engine }) is needed for the workflow route of ${workflow.name}.`);
       engine.registry.require(workflow);
-      return serve(keyedMethods(options), (exchange, req) => answerWorkflow({ ...config, engine }, workflow, options, exchange, () => req));
+      const route = definedRoute(options, `workflow route of ${workflow.name}`);
+      return serve(route.methods, (exchange, req) => answerWorkflow({ ...config, engine }, workflow, route.options, exchange, () => req));
     },
   };
 }

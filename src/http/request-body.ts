@@ -82,7 +82,8 @@ function normalisedType(contentType: string | null): string | null {
 
 /**
  * What the fingerprint of a request covers besides its route, and the
- * volatile JSON fields to leave out (paths into the body, as declared).
+ * volatile JSON fields to leave out (paths into the body, as declared and
+ * checked when the route was defined: exchange.ts, definedRoute).
  */
 export function fingerprintInput(method: string, body: RequestBody, exclude: readonly string[] | undefined): { input: unknown; exclude: string[] | undefined } {
   const excluded = exclude?.map((path) => `json.${path}`);

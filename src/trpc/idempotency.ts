@@ -31,7 +31,7 @@ import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
 import { isConnectionError } from '../errors/pg-errors.js';
 import { isStepkeyError } from '../errors/stepkey-error.js';
 import { faultPoint } from '../faults/fault-points.js';
-import { fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
+import { definedExclude, fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
 import { runKeyed } from '../idempotency/keyed-call.js';
 import type { BypassedIdempotency, IdempotencyContext, IdempotencyContextFor, KeyedCallOptions } from '../idempotency/options.js';
 import type { Ledger } from '../ledger/ledger.js';
@@ -91,6 +91,7 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
      */
     procedure<O extends ProcedureIdempotencyOptions = Record<never, never>>(options: O = {} as O) {
       const mode = options.mode ?? 'required';
+      const exclude = definedExclude(options.exclude, 'idempotency.procedure()');
       type Overrides = { idempotency: IdempotencyContextFor<O> };
       const pass = (idempotency: IdempotencyContext | BypassedIdempotency | undefined) =>
         ({ idempotency }) as Overrides;
@@ -104,7 +105,7 @@ export function createIdempotency<Ctx extends object>(config: IdempotencyConfig<
         let first: Result | undefined;
         let result;
         try {
-          const fingerprints = fingerprintsOrBadRequest(opts.path, input, options.exclude);
+          const fingerprints = fingerprintsOrBadRequest(opts.path, input, exclude);
           const call = { ledger: config.ledger, request, fingerprints, name: opts.path, noun: 'procedure', options, report: errorReport(config, opts.path, request) } as const;
           result = await runKeyed(
             call,

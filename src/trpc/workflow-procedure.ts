@@ -12,7 +12,7 @@
 import { TRPCError, experimental_standaloneMiddleware } from '@trpc/server';
 import type { z } from 'zod';
 import { StepkeyError } from '../errors/stepkey-error.js';
-import { fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
+import { definedExclude, fingerprintsOrBadRequest } from '../idempotency/fingerprints.js';
 import { queueNameOf } from '../idempotency/queued-run.js';
 import { cancelled } from '../idempotency/refusal.js';
 import { answerRun } from '../idempotency/run-answer.js';
@@ -64,6 +64,7 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
   if (queue === undefined && options.priority !== undefined) {
     throw new StepkeyError('definition_error', `idempotency.workflow(${workflow.name}): a priority needs a queue.`);
   }
+  const exclude = definedExclude(options.exclude, `idempotency.workflow(${workflow.name})`);
   return experimental_standaloneMiddleware<{ ctx: Ctx; input: unknown }>().create(async (opts) => {
     type Result = Awaited<ReturnType<typeof opts.next<Overrides>>>;
     const engine = config.engine;
@@ -73,7 +74,7 @@ export function workflowMiddleware<Ctx extends object, W extends Workflow>(
     const received = await validatedInput(opts, 'idempotency.workflow(workflow)');
     let answer;
     try {
-      const fingerprints = fingerprintsOrBadRequest(opts.path, received, options.exclude);
+      const fingerprints = fingerprintsOrBadRequest(opts.path, received, exclude);
       const input = options.input ? options.input(received.validated, ctx) : (received.validated as InputOf<W>);
       const priority = typeof options.priority === 'function' ? options.priority(input, ctx) : options.priority;
       answer = await answerRun({

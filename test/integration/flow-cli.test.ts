@@ -1,5 +1,6 @@
 /**
- * `stepkey queues`: per queue and partition, the runs waiting for a slot,
+ * `stepkey queues`: per queue and partition, the runs waiting for a slot (a
+ * queue no run was put on yet, listed empty),
  * the slots held, and the starts counted over the sample.
  */
 import { afterAll, describe, expect, it } from 'vitest';
@@ -39,6 +40,8 @@ const limited = defineWorkflow({
   },
 });
 const queue = defineQueue<{ tenant: string }>({ name: 'cli-queue', concurrency: 2, partitionBy: (input) => input.tenant, perPartition: { concurrency: 1 } });
+/** Registered, never enqueued on: listed all the same. */
+const idle = defineQueue({ name: 'cli-idle', concurrency: 3 });
 
 describe('stepkey queues', () => {
   let cleanup: (() => Promise<void>) | undefined;
@@ -50,7 +53,7 @@ describe('stepkey queues', () => {
   it('shows depth, running and the limit per queue and partition', async () => {
     const created = await createTestDatabase();
     const db = Object.assign(connect(created.url, { max: 4 }), { name: 'cli' });
-    const engine = testEngine(db, [hold, limited], { queues: [queue], limits: [payments] });
+    const engine = testEngine(db, [hold, limited], { queues: [queue, idle], limits: [payments] });
     cleanup = async () => {
       await engine.shutdown({ timeoutMs: 5_000 });
       await db.close();
@@ -62,6 +65,7 @@ describe('stepkey queues', () => {
     expect(result.code).toBe(0);
     const rows = result.json<{ queues: { queue: string; partition: string; waiting: number; running: number; concurrency: number }[] }>().queues;
     expect(rows.map(({ queue: q, partition, waiting, running, concurrency }) => ({ q, partition, waiting, running, concurrency }))).toEqual([
+      { q: 'cli-idle', partition: '', waiting: 0, running: 0, concurrency: 3 },
       { q: 'cli-queue', partition: 'a', waiting: 4, running: 1, concurrency: 2 },
       { q: 'cli-queue', partition: 'b', waiting: 0, running: 1, concurrency: 2 },
     ]);

@@ -1,6 +1,6 @@
 /**
- * The queues read model: per queue and partition, the runs waiting for a
- * slot (not those that failed: they wait for a resume), the slots held, and the slots granted so far (a counter that two
+ * The queues read model: per queue (every one an engine registered) and
+ * partition, the runs waiting for a slot (not those that failed: they wait for a resume), the slots held, and the slots granted so far (a counter that two
  * readings apart give the recent rate of starts). One statement.
  */
 import type { Queryable } from '../../db/connect.js';
@@ -28,11 +28,18 @@ export async function listQueues(q: Queryable, options: { queue?: string } = {})
         from stepkey.queue_entries
        where ${options.queue ?? null}::text is null or queue = ${options.queue ?? null}::text
        group by queue, partition
-    ), parts as (
+    ), served as (
       select queue, partition from entries
       union
       select queue, partition from stepkey.queue_partitions
        where ${options.queue ?? null}::text is null or queue = ${options.queue ?? null}::text
+    ), parts as (
+      -- A queue that no run has been put on yet is listed too, as one empty partition.
+      select queue, partition from served
+      union all
+      select name, '' from stepkey.queues q
+       where (${options.queue ?? null}::text is null or name = ${options.queue ?? null}::text)
+         and not exists (select 1 from served s where s.queue = q.name)
     )
     select p.queue, p.partition, q.concurrency, q.per_partition as "perPartition",
            case when q.rate_limit is null then null else q.rate_limit || '/' || q.rate_period_ms || 'ms' end as "rateLimit",
