@@ -6,9 +6,6 @@
  * procedure is defined (definition_error), never per request, and never
  * taken as excluding nothing.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { serve } from '@hono/node-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Engine } from '../../src/engine/engine.js';
@@ -18,6 +15,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { createIdempotency } from '../../src/trpc/idempotency.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { serveAdapters, type AdapterServers } from '../helpers/adapter-servers.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
@@ -39,8 +37,7 @@ const recordPayment = defineWorkflow({
 });
 
 let engine: Engine;
-const servers: Server[] = [];
-const bases: Record<'node' | 'fetch', string> = { node: '', fetch: '' };
+let servers: AdapterServers;
 const exclude = ['meta.sentAt'];
 
 beforeAll(async () => {
@@ -54,26 +51,20 @@ beforeAll(async () => {
   };
 
   const node = createNodeIdempotency({ ...setup, scope: () => 'acme' });
-  const nodeRoutes: Record<string, ReturnType<typeof node.handler>> = {
-    '/calls': node.handler({ route: 'calls', exclude }, (_req, call) => handler(call.idempotency.key)),
-    '/payments': node.workflow(recordPayment, { route: 'payments', exclude }),
-  };
-  const nodeServer = createServer((req, res) => nodeRoutes[new URL(req.url!, 'http://x').pathname]!(req, res));
-  await new Promise<void>((resolve) => nodeServer.listen(0, '127.0.0.1', resolve));
-  bases.node = `http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}`;
-
   const fetchStyle = createFetchIdempotency({ ...setup, scope: () => 'acme' });
-  const fetchRoutes: Record<string, ReturnType<typeof fetchStyle.handler>> = {
-    '/calls': fetchStyle.handler({ route: 'calls', exclude }, (_request, call) => handler(call.idempotency.key)),
-    '/payments': fetchStyle.workflow(recordPayment, { route: 'payments', exclude }),
-  };
-  const fetchServer = serve({ fetch: (request: Request) => fetchRoutes[new URL(request.url).pathname]!(request), port: 0, hostname: '127.0.0.1' }) as Server;
-  await new Promise<void>((resolve) => (fetchServer.listening ? resolve() : fetchServer.once('listening', () => resolve())));
-  bases.fetch = `http://127.0.0.1:${(fetchServer.address() as AddressInfo).port}`;
-  servers.push(nodeServer, fetchServer);
+  servers = await serveAdapters(
+    {
+      '/calls': node.handler({ route: 'calls', exclude }, (_req, call) => handler(call.idempotency.key)),
+      '/payments': node.workflow(recordPayment, { route: 'payments', exclude }),
+    },
+    {
+      '/calls': fetchStyle.handler({ route: 'calls', exclude }, (_request, call) => handler(call.idempotency.key)),
+      '/payments': fetchStyle.workflow(recordPayment, { route: 'payments', exclude }),
+    },
+  );
 });
 afterAll(async () => {
-  for (const server of servers) server.closeAllConnections(), server.close();
+  servers.close();
   await engine.shutdown();
 });
 
@@ -81,7 +72,7 @@ const payments = async (amount: number) => (await db().sql`select count(*)::int 
 
 describe.each(['node', 'fetch'] as const)('exclude on a route (%s)', (adapter) => {
   const send = (path: string, key: string, body: unknown) =>
-    fetch(`${bases[adapter]}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) }).then(
+    fetch(`${servers.bases[adapter]}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) }).then(
       async (response) => ({ status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.text() }),
     );
 

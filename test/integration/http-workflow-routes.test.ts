@@ -5,9 +5,6 @@
  * output byte for byte; a stored deterministic error; 409 while it runs;
  * 202 while it waits, the same on a repeat, the result once it completes.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { serve } from '@hono/node-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createFetchIdempotency } from '../../src/http/fetch.js';
@@ -18,6 +15,7 @@ import { silentLogger } from '../../src/log/logger.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { Engine } from '../../src/engine/engine.js';
 import { send } from '../helpers/conformance-servers.js';
+import { serveAdapters, type AdapterServers } from '../helpers/adapter-servers.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { testEngine } from '../helpers/engine.js';
 import { uniqueKey } from '../helpers/ledger.js';
@@ -62,8 +60,7 @@ const tenantOf = (authorization: string | null | undefined) => /^Bearer (\S+)$/.
 const respond = ({ output, key }: { output: { orderId: number }; key: string }) => ({ status: 201, headers: { location: `/orders/${output.orderId}` }, body: { ...output, key } });
 
 let engine: Engine;
-const servers: Server[] = [];
-const bases: Record<'node' | 'fetch', string> = { node: '', fetch: '' };
+let servers: AdapterServers;
 
 beforeAll(async () => {
   await db().sql`create table http_wf_orders (id bigserial primary key, tenant text not null, sku text not null)`;
@@ -71,24 +68,14 @@ beforeAll(async () => {
   const ledger = new Ledger({ sql: db().sql });
 
   const node = createNodeIdempotency({ ledger, engine, scope: (req) => tenantOf(req.headers.authorization), logger: silentLogger });
-  const nodeRoutes = { '/orders': node.workflow(placeOrder, { route: 'orders.place', respond }), '/approvals': node.workflow(approval) };
-  const nodeServer = createServer((req, res) => nodeRoutes[new URL(req.url!, 'http://x').pathname as keyof typeof nodeRoutes]?.(req, res));
-  await new Promise<void>((resolve) => nodeServer.listen(0, '127.0.0.1', resolve));
-  bases.node = `http://127.0.0.1:${(nodeServer.address() as AddressInfo).port}`;
-
   const fetchStyle = createFetchIdempotency({ ledger, engine, scope: (request) => tenantOf(request.headers.get('authorization')), logger: silentLogger });
-  const fetchRoutes = { '/orders': fetchStyle.workflow(placeOrder, { route: 'orders.place', respond }), '/approvals': fetchStyle.workflow(approval) };
-  const fetchServer = serve({
-    fetch: (request: Request) => fetchRoutes[new URL(request.url).pathname as keyof typeof fetchRoutes]!(request),
-    port: 0,
-    hostname: '127.0.0.1',
-  }) as Server;
-  await new Promise<void>((resolve) => (fetchServer.listening ? resolve() : fetchServer.once('listening', () => resolve())));
-  bases.fetch = `http://127.0.0.1:${(fetchServer.address() as AddressInfo).port}`;
-  servers.push(nodeServer, fetchServer);
+  servers = await serveAdapters(
+    { '/orders': node.workflow(placeOrder, { route: 'orders.place', respond }), '/approvals': node.workflow(approval) },
+    { '/orders': fetchStyle.workflow(placeOrder, { route: 'orders.place', respond }), '/approvals': fetchStyle.workflow(approval) },
+  );
 });
 afterAll(async () => {
-  for (const server of servers) server.closeAllConnections(), server.close();
+  servers.close();
   await engine.shutdown();
 });
 
@@ -96,7 +83,7 @@ const keyed = (key: string) => ({ authorization: 'Bearer acme', 'idempotency-key
 const orders = async (sku: string) => (await db().sql`select count(*)::int as n from http_wf_orders where sku = ${sku}`)[0]!.n as number;
 
 describe.each(['node', 'fetch'] as const)('a workflow route (%s)', (adapter) => {
-  const url = (path: string) => `${bases[adapter]}${path}`;
+  const url = (path: string) => `${servers.bases[adapter]}${path}`;
   const sku = (what: string) => `${adapter}-${what}`;
 
   it('runs the workflow once under the key and renders every replay from its stored output, byte for byte', async () => {
