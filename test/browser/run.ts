@@ -260,6 +260,8 @@ async function queuesPage(page: Page, app: BrowserApp): Promise<void> {
   await row('a').getByRole('cell').nth(2).getByText('1', { exact: true }).waitFor();
   await row('b').getByRole('cell').nth(2).getByText('1', { exact: true }).waitFor();
   await page.getByText('concurrency 2, 1 per partition · 2 waiting · 2 running').waitFor();
+  // The header's counts follow on their own poll: the two runs holding the slots are running there too.
+  await page.getByRole('list', { name: 'Open runs' }).getByRole('link', { name: 'running 2' }).waitFor();
   await page.screenshot({ path: join(shots, 'queues.png'), fullPage: true });
   pass('the queues page shows each partition\'s depth and slots held, linked from the nav');
 
