@@ -56,7 +56,7 @@ export interface RunRowView {
 /** A run's place on a queue (read/sql/queue-places.ts). */
 export interface QueuePlaceView {
   queue: string;
-  /** '' for a queue without partitions. */
+  /** '' for a queue without partitions, or one no run was put on yet. */
   partition: string;
   priority: number;
   /** Holds a slot; false: waiting for one. */
@@ -72,7 +72,7 @@ export interface QueuePlaceView {
 /** One queue's partition (read/sql/queues.ts, the read model of `stepkey queues`). */
 export interface QueuePartitionView {
   queue: string;
-  /** '' for a queue without partitions. */
+  /** '' for a queue without partitions, or one no run was put on yet. */
   partition: string;
   concurrency: number;
   perPartition: number | null;

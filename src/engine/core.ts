@@ -83,7 +83,7 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
       },
       versions: () => core.versions(),
       execute: (lease, own, fresh) =>
-        core.runs.track(lease, () =>
+        core.runs.trackTaken(lease, () =>
           own
             ? core.runs.execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map(), deadlineAtMs: own.deadlineAtMs ?? null })
             : core.runs.resumeOwned(lease, fresh),

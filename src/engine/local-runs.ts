@@ -90,6 +90,18 @@ export class LocalRuns {
   }
 
   /**
+   * Registers an execution of a run this process took in the background (a
+   * dispatch, a sweep, a wake) — unless the engine is shutting down: a take
+   * still in flight when the shutdown began is not executed here. Its lease is
+   * given up at once, as a run stopped at a step boundary gives it up, so that
+   * another process's sweep takes it over (a queued run still holding its slot).
+   */
+  trackTaken(lease: Lease, execute: () => Promise<Settled>): Promise<Settled> {
+    if (this.#core.closing) return this.#afterStop(lease, 'shutting_down', null);
+    return this.track(lease, execute);
+  }
+
+  /**
    * Executes a run a claim of this process took over. A queued run's slot it
    * still held (its process died while it ran) is given back by the
    * transition that ends or parks it; its queue is dispatched then, so that

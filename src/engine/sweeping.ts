@@ -83,7 +83,7 @@ export class Sweeper {
           run.woken ? `run '${run.key}' is due; continuing it` : `took over run '${run.key}': its lease expired (its process died or stalled)`,
         );
         core.waker
-          .admit(core.runs.track(lease, () => core.runs.resumeOwned(lease)))
+          .admit(core.runs.trackTaken(lease, () => core.runs.resumeOwned(lease)))
           .catch((error: unknown) => core.onError(error, `resuming run '${run.key}'`))
           .finally(() => {
             // A run taken over that held a slot gave it back at its end: its queue is dispatched,

@@ -73,7 +73,7 @@ export class Waker {
         return missed?.(ref);
       }
       const lease = { scope: taken.scope, key: taken.key, token: taken.token };
-      await this.admit(core.runs.track(lease, () => core.runs.resumeOwned(lease)));
+      await this.admit(core.runs.trackTaken(lease, () => core.runs.resumeOwned(lease)));
     })().catch((error: unknown) => core.onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`));
   }
 

@@ -8,7 +8,7 @@ import { assertStorableText } from '../../keys/validate.js';
 
 export interface QueuePartitionRow {
   queue: string;
-  /** '' for a queue without partitions. */
+  /** '' for a queue without partitions, or one no run was put on yet. */
   partition: string;
   concurrency: number;
   perPartition: number | null;

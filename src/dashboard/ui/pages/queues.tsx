@@ -67,7 +67,7 @@ export function QueuesPage() {
                   <tbody>
                     {rows.map((row) => (
                       <tr key={idOf(row)}>
-                        <td>{row.partition === '' ? <span class="dim">(one line)</span> : row.partition}</td>
+                        <td>{row.partition === '' ? <span class="dim">{row.served === 0 && row.waiting === 0 && row.running === 0 ? '(no run yet)' : '(one line)'}</span> : row.partition}</td>
                         <td class="num">{row.waiting}</td>
                         <td class="num">{row.running}</td>
                         <td class="num">{rate(row)}</td>

@@ -1,0 +1,119 @@
+/**
+ * Shutdown and queues: an enqueue still in flight when its engine begins to
+ * shut down may start runs waiting in line (its dispatch under the queue's
+ * lock), but the engine executes none of them: it gives their leases up at
+ * once, and another process's sweep takes each over in the slot it holds.
+ * No run begins to execute in a process after its shutdown began.
+ */
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { defineQueue } from '../../src/flow/define-queue.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { useTestDatabase } from '../helpers/database.js';
+import { enginesShutAfterEach } from '../helpers/engine.js';
+import { gates, holdQueueLock } from '../helpers/flow.js';
+import { uniqueKey } from '../helpers/ledger.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
+
+const db = useTestDatabase();
+const { gate, openAll } = gates();
+const engineFor = enginesShutAfterEach(db, openAll);
+
+/** Per run id: how many times its step began. */
+const executions = new Map<string, number>();
+const counted = async (id: string, work: () => Promise<void> = async () => {}) => {
+  executions.set(id, (executions.get(id) ?? 0) + 1);
+  await work();
+};
+
+/** Registered only by the engine that holds the slot: the others never start it, it never starts theirs. */
+const holder = defineWorkflow({
+  name: 'flow-shutdown-holder',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { only: step('only.v1') },
+  async run({ input, steps }) {
+    await steps.only.call(() => counted(input.id, () => gate(input.id).opened));
+  },
+});
+const queued = defineWorkflow({
+  name: 'flow-shutdown-queued',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { only: step('only.v1') },
+  async run({ input, steps }) {
+    await steps.only.call(() => counted(input.id));
+  },
+});
+
+async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
+  const deadline = Date.now() + PATIENCE_MS;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)} after ${PATIENCE_MS} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('a queue while its engine shuts down', () => {
+  it('a run an in-flight enqueue starts after the shutdown began is not executed there; another process takes it over in its slot', async () => {
+    const sql = db().sql;
+    const queue = defineQueue({ name: uniqueKey('flow-shutdown'), concurrency: 1 });
+    const [g, r, r2] = ['g', 'r', 'r2'].map((name) => uniqueKey(`flow-shutdown-${name}`));
+    const slotEngine = engineFor([holder], { queues: [queue] });
+    const stopping = engineFor([queued], { queues: [queue] });
+
+    // g holds the queue's one slot; r waits in line.
+    await slotEngine.enqueue(holder, { scope: 's', key: g! }, { id: g! }, { queue });
+    await until(`${g} started`, async () => executions.get(g!) ?? 0, (n) => n === 1);
+    expect((await stopping.enqueue(queued, { scope: 's', key: r! }, { id: r! }, { queue })).queued).toBe(true);
+
+    // The queue's lock held elsewhere; g ends, so a slot is free; an enqueue of r2 from the engine that
+    // is about to stop finds it free and waits for the lock inside its transaction.
+    const release = await holdQueueLock(sql, queue.name);
+    let released = false;
+    try {
+      gate(g!).open();
+      await until(`${g} completed`, async () => (await sql`select status from stepkey.ledger where scope = 's' and key = ${g!}`)[0]?.status, (s) => s === 'completed');
+      const enqueued = stopping.enqueue(queued, { scope: 's', key: r2! }, { id: r2! }, { queue });
+      enqueued.catch(() => {});
+      await until(
+        'the enqueue of r2 waiting for the queue lock',
+        async () =>
+          (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity
+                                       where wait_event_type = 'Lock' and query like '%insert into stepkey.queue_entries%'`)[0]!.n,
+        (n) => n >= 1,
+      );
+      await stopping.shutdown({ timeoutMs: 5_000 });
+      await release();
+      released = true;
+      // Its dispatch under the lock started r (first in line) in the stopping engine, which gave r's
+      // lease up at once instead of executing it: r is in progress, holds the slot, its lease ended.
+      expect((await enqueued).queued).toBe(true);
+      await until(
+        `${r} started by the in-flight enqueue, its lease given up`,
+        async () =>
+          (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
+            select l.status, l.locked_until <= now() as expired, e.holding
+              from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
+             where l.scope = 's' and l.key = ${r!}`)[0],
+        (row) => row?.status === 'in_progress' && row.expired && row.holding,
+      );
+      expect(executions.get(r!) ?? 0).toBe(0);
+    } finally {
+      if (!released) await release();
+    }
+
+    // Another process's sweep takes r over in its slot; then r2 runs. Each once.
+    engineFor([queued], { queues: [queue] }).startSweeper();
+    await until(`${r} and ${r2} completed`, async () => [executions.get(r!) ?? 0, executions.get(r2!) ?? 0], ([a, b]) => a === 1 && b === 1);
+    await until(
+      'both runs completed and no slot held',
+      async () => (await sql<{ n: number }[]>`select count(*)::int as n from stepkey.ledger where scope = 's' and key in (${r!}, ${r2!}) and status = 'completed'`)[0]!.n,
+      (n) => n === 2,
+    );
+    expect(executions.get(r!)).toBe(1);
+    expect(executions.get(r2!)).toBe(1);
+  });
+});
