@@ -46,15 +46,8 @@ const queued = defineWorkflow({
   },
 });
 
-async function until<T>(what: string, read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + PATIENCE_MS;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)} after ${PATIENCE_MS} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-}
+/** Polled until it holds, for as long as a busy host may need. */
+const patiently = { timeout: PATIENCE_MS, interval: 20 };
 
 describe('a queue while its engine shuts down', () => {
   it('a run an in-flight enqueue starts after the shutdown began is not executed there; another process takes it over in its slot', async () => {
@@ -66,7 +59,7 @@ describe('a queue while its engine shuts down', () => {
 
     // g holds the queue's one slot; r waits in line.
     await slotEngine.enqueue(holder, { scope: 's', key: g! }, { id: g! }, { queue });
-    await until(`${g} started`, async () => executions.get(g!) ?? 0, (n) => n === 1);
+    await expect.poll(() => executions.get(g!) ?? 0, patiently).toBe(1);
     expect((await stopping.enqueue(queued, { scope: 's', key: r! }, { id: r! }, { queue })).queued).toBe(true);
 
     // The queue's lock held elsewhere; g ends, so a slot is free; an enqueue of r2 from the engine that
@@ -75,31 +68,34 @@ describe('a queue while its engine shuts down', () => {
     let released = false;
     try {
       gate(g!).open();
-      await until(`${g} completed`, async () => (await sql`select status from stepkey.ledger where scope = 's' and key = ${g!}`)[0]?.status, (s) => s === 'completed');
+      await expect.poll(async () => (await sql`select status from stepkey.ledger where scope = 's' and key = ${g!}`)[0]?.status, patiently).toBe('completed');
       const enqueued = stopping.enqueue(queued, { scope: 's', key: r2! }, { id: r2! }, { queue });
       enqueued.catch(() => {});
-      await until(
-        'the enqueue of r2 waiting for the queue lock',
-        async () =>
-          (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity
-                                       where wait_event_type = 'Lock' and query like '%insert into stepkey.queue_entries%'`)[0]!.n,
-        (n) => n >= 1,
-      );
+      // The enqueue of r2 waits for the queue's lock.
+      await expect
+        .poll(
+          async () =>
+            (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity
+                                         where wait_event_type = 'Lock' and query like '%insert into stepkey.queue_entries%'`)[0]!.n,
+          patiently,
+        )
+        .toBeGreaterThanOrEqual(1);
       await stopping.shutdown({ timeoutMs: 5_000 });
       await release();
       released = true;
       // Its dispatch under the lock started r (first in line) in the stopping engine, which gave r's
       // lease up at once instead of executing it: r is in progress, holds the slot, its lease ended.
       expect((await enqueued).queued).toBe(true);
-      await until(
-        `${r} started by the in-flight enqueue, its lease given up`,
-        async () =>
-          (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
-            select l.status, l.locked_until <= now() as expired, e.holding
-              from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
-             where l.scope = 's' and l.key = ${r!}`)[0],
-        (row) => row?.status === 'in_progress' && row.expired && row.holding,
-      );
+      await expect
+        .poll(
+          async () =>
+            (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
+              select l.status, l.locked_until <= now() as expired, e.holding
+                from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
+               where l.scope = 's' and l.key = ${r!}`)[0],
+          patiently,
+        )
+        .toEqual({ status: 'in_progress', expired: true, holding: true });
       expect(executions.get(r!) ?? 0).toBe(0);
     } finally {
       if (!released) await release();
@@ -107,12 +103,10 @@ describe('a queue while its engine shuts down', () => {
 
     // Another process's sweep takes r over in its slot; then r2 runs. Each once.
     engineFor([queued], { queues: [queue] }).startSweeper();
-    await until(`${r} and ${r2} completed`, async () => [executions.get(r!) ?? 0, executions.get(r2!) ?? 0], ([a, b]) => a === 1 && b === 1);
-    await until(
-      'both runs completed and no slot held',
-      async () => (await sql<{ n: number }[]>`select count(*)::int as n from stepkey.ledger where scope = 's' and key in (${r!}, ${r2!}) and status = 'completed'`)[0]!.n,
-      (n) => n === 2,
-    );
+    await expect.poll(() => [executions.get(r!) ?? 0, executions.get(r2!) ?? 0], patiently).toEqual([1, 1]);
+    await expect
+      .poll(async () => (await sql<{ n: number }[]>`select count(*)::int as n from stepkey.ledger where scope = 's' and key in (${r!}, ${r2!}) and status = 'completed'`)[0]!.n, patiently)
+      .toBe(2);
     expect(executions.get(r!)).toBe(1);
     expect(executions.get(r2!)).toBe(1);
   });

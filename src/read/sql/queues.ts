@@ -1,7 +1,8 @@
 /**
  * The queues read model: per queue (every one an engine registered) and
- * partition, the runs waiting for a slot (not those that failed: they wait for a resume), the slots held, and the slots granted so far (a counter that two
- * readings apart give the recent rate of starts). One statement.
+ * partition, the runs waiting for a slot (not those that failed: they wait
+ * for a resume), the slots held, and the slots granted so far (a counter
+ * that two readings apart give the recent rate of starts). One statement.
  */
 import type { Queryable } from '../../db/connect.js';
 import { assertStorableText } from '../../keys/validate.js';
