@@ -12,7 +12,7 @@ import type { Workflow } from '../workflow/define.js';
 import type { Settled } from '../workflow/executor.js';
 import { newRootKey } from '../keys/derive.js';
 import { instrument } from '../telemetry/instrumentation.js';
-import { EnqueueGroups } from './enqueue-group.js';
+import { EnqueueGroups, type GroupRoom } from './enqueue-group.js';
 import type { FlowControl, Versions } from './flow-control.js';
 import type { QueuedRun } from './queued-run.js';
 import { dispatchedRuns, type DispatchedRun, type FreshRun } from '../lifecycle/dispatch.js';
@@ -75,6 +75,10 @@ export class Dispatcher implements SlotHandOff {
   readonly #overRoom = new Map<string, string>();
   /** Queues with an owed dispatch left to the end of a run over the room (see dispatchAfterEnd). */
   readonly #owedAfterOverRoom = new Set<string>();
+  /** Queues with a dispatch over the room in flight from here (an owed dispatch, an enqueue's batch). */
+  readonly #overRoomAsked = new Set<string>();
+  /** Room held by dispatches in flight from here (after an end, an enqueue's batch): the runs each may start, until they execute. */
+  #reserved = 0;
   /**
    * Per queue, whether runs were last seen waiting in line (unknown: yes):
    * seen by a completion's lock statement, a swap or a dispatch that started
@@ -95,8 +99,9 @@ export class Dispatcher implements SlotHandOff {
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
     this.#flow = flow;
+    const dispatcher = this;
     this.#groups = new EnqueueGroups(host.sql, host.clock, flow, {
-      state: (queue) => ({ capacity: Math.max(1, host.maxConcurrentRuns - host.activeRuns), othersWaiting: this.#waitingSeen.get(queue) !== false }),
+      room: (queue, callers) => dispatcher.#groupRoom(queue, callers),
       get closing() {
         return host.closing;
       },
@@ -116,7 +121,7 @@ export class Dispatcher implements SlotHandOff {
   async enqueue(definition: Workflow, ref: KeyRef, run: QueuedRun, fingerprints: { fingerprint: string; legacyFingerprint: () => string }): Promise<EnqueueOutcome> {
     const host = this.#host;
     const root = newRootKey(ref.scope, ref.key);
-    const { claim, dispatched, requeued, dispatchAfter } = await this.#groups.enqueue({
+    const { claim, dispatched, requeued, dispatchAfter, room } = await this.#groups.enqueue({
       ref,
       claim: { ...ref, ...fingerprints, kind: 'run', name: definition.name, run: { version: definition.version, input: run.inputText, ...(run.deadline ? { deadline: run.deadline } : {}) }, rootKey: root },
       entry: run.entry,
@@ -127,7 +132,12 @@ export class Dispatcher implements SlotHandOff {
     if (own) instrument.runStarted(definition);
     // What the enqueue's transaction started is executed here, whatever its claim answered (a
     // duplicate's or a mismatch's batch takes no lock and starts nothing; were it otherwise, here).
-    this.startDispatched(run.entry.queue, dispatched, own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined);
+    const ownRun = own ? { ref, definition, input: run.data, rootKey: root, deadlineAtMs: claim.state === 'owned' ? claim.deadlineAtMs ?? null : null } : undefined;
+    try {
+      this.startDispatched(run.entry.queue, dispatched, ownRun, room.overRoom);
+    } finally {
+      room.taken();
+    }
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
@@ -172,14 +182,16 @@ export class Dispatcher implements SlotHandOff {
       const lease = { scope: run.scope, key: run.key, token: run.token };
       const id = idOf(lease);
       const mine = own !== undefined && run.scope === own.ref.scope && run.key === own.ref.key;
+      // An enqueue's own run, its slot taken at once, is its caller's start, not the dispatch's choice.
+      const over = overRoom && !run.atOnce;
       this.#holding.set(id, queue);
-      if (overRoom) this.#overRoom.set(id, queue);
+      if (over) this.#overRoom.set(id, queue);
       this.#host
         .execute(lease, mine ? own : undefined, run.fresh)
         .catch((error: unknown) => this.#host.onError(error, `executing queued run '${run.key}'`))
         .finally(() => {
           if (this.#holding.get(id) === queue) this.#holding.delete(id);
-          if (overRoom) this.#overRoom.delete(id);
+          if (over) this.#overRoom.delete(id);
           // A dispatch left to this end happens even if the end handed its slot over (the hand-off may
           // have started nothing the request was for); while a run over the room still executes, it is
           // left to that one's end again.
@@ -251,34 +263,76 @@ export class Dispatcher implements SlotHandOff {
       this.#dispatching.set(id, { freeing: Math.max(asked?.freeing ?? 0, freeing), owed: (asked?.owed ?? false) || owed });
       return;
     }
-    const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing);
-    const overRoom = owed && room <= 0 && queue !== undefined;
-    if (overRoom && [...this.#overRoom.values()].includes(queue)) {
-      this.#owedAfterOverRoom.add(queue);
-      return;
-    }
-    const capacity = overRoom ? 1 : room;
-    if (capacity <= 0) return;
+    const admitted = this.#admit(queue, freeing, owed, 1);
+    if (!admitted) return;
     this.#dispatching.set(id, undefined);
     const since = this.#waitingSince.get(id) ?? 0;
     this.#flow
-      .dispatch(capacity, host.leaseMs, host.versions(), queue)
+      .dispatch(admitted.capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
+        admitted.taken();
         for (const result of results) {
           // Runs were waiting: the next completions hand their slots over again. A look that found no
           // run in line: the next enqueues send no dispatch (their entries, if they wait, are
           // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
           else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
-          this.startDispatched(result.queue, result.runs, undefined, overRoom);
+          this.startDispatched(result.queue, result.runs, undefined, admitted.overRoom);
         }
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
+        admitted.taken();
         const again = this.#dispatching.get(id);
         this.#dispatching.delete(id);
         if (again) this.dispatchAfterEnd(queue, again.freeing, again.owed);
       });
+  }
+
+  /**
+   * What a dispatch of `queue` (undefined: every queue) may start now, held
+   * for it until `taken` has been called `callers` times: the room left here —
+   * maxConcurrentRuns less the runs executing (`freeing` of them about to
+   * end) and the room dispatches in flight hold — or, owed with none left,
+   * one run over it, unless a dispatch over the room is in flight or a run
+   * it started executes here for the queue (undefined then: that run's end
+   * dispatches the queue again).
+   */
+  #admit(queue: string | undefined, freeing: number, owed: boolean, callers: number): { capacity: number; overRoom: boolean; taken(): void } | undefined {
+    const host = this.#host;
+    const room = host.maxConcurrentRuns - Math.max(0, host.activeRuns - freeing) - this.#reserved;
+    const overRoom = room <= 0 && owed && queue !== undefined;
+    if (room <= 0 && !overRoom) return undefined;
+    if (overRoom && (this.#overRoomAsked.has(queue) || [...this.#overRoom.values()].includes(queue))) {
+      this.#owedAfterOverRoom.add(queue);
+      return undefined;
+    }
+    const capacity = overRoom ? 1 : room;
+    this.#reserved += capacity;
+    if (overRoom) this.#overRoomAsked.add(queue);
+    let left = callers;
+    return {
+      capacity,
+      overRoom,
+      taken: () => {
+        left -= 1;
+        if (left !== 0) return;
+        this.#reserved -= capacity;
+        if (overRoom) this.#overRoomAsked.delete(queue);
+      },
+    };
+  }
+
+  /**
+   * The room an enqueue group's dispatch may fill: as an owed dispatch's (the
+   * group adds entries no other process dispatches for). With none to give,
+   * the group sends no dispatch: an entry of it that waits has its queue
+   * dispatched after the commit (dispatchAfterEnd), left to the run over the room.
+   */
+  #groupRoom(queue: string, callers: number): GroupRoom {
+    const admitted = this.#admit(queue, 0, true, callers);
+    if (!admitted) return { capacity: 0, othersWaiting: false, overRoom: false, taken: () => {} };
+    return { ...admitted, othersWaiting: this.#waitingSeen.get(queue) !== false };
   }
 
   /** A sweep's dispatch of every queue, up to `capacity` runs; returns how many it started. */

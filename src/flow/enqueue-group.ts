@@ -30,21 +30,38 @@ import type { FlowControl } from './flow-control.js';
 /** The most enqueues in one transaction. */
 export const MAX_GROUP = 64;
 
+/**
+ * The room a group's dispatch may fill, read when the group is sent: held
+ * from then until each of its callers has executed what it was answered
+ * (`taken`, once per caller; the group calls it for a caller it answers
+ * with an error), so that another dispatch meanwhile does not count it free.
+ */
+export interface GroupRoom extends Pick<EnqueueRequest, 'capacity' | 'othersWaiting'> {
+  /** What the group's dispatch starts is over the process's room (Dispatcher: one run per queue at a time). */
+  overRoom: boolean;
+  taken(): void;
+}
+
 /** What the group needs of its process, read when a group is sent (not when its enqueues arrived). */
 export interface GroupHost {
-  /** The process's room and its hint of runs waiting in `queue` (see EnqueueRequest). */
-  state(queue: string): Pick<EnqueueRequest, 'capacity' | 'othersWaiting'>;
+  /** The process's room for a group of `callers` enqueues on `queue`, and its hint of runs waiting in it (see EnqueueRequest). */
+  room(queue: string, callers: number): GroupRoom;
   readonly closing: boolean;
 }
+
+/** An enqueue's answer, with the room its group held (to be `taken` once its runs execute). */
+export type GroupEnqueued = Enqueued & { room: GroupRoom };
 
 /** An enqueue as its caller makes it: the process's room and hint are read when its group is sent. */
 export type GroupedRequest = Omit<EnqueueRequest, 'capacity' | 'othersWaiting'>;
 
 interface Waiting {
   request: GroupedRequest;
-  resolve: (enqueued: Enqueued) => void;
+  resolve: (enqueued: GroupEnqueued) => void;
   reject: (error: unknown) => void;
 }
+
+const roomOf = ({ capacity, othersWaiting }: GroupRoom) => ({ capacity, othersWaiting });
 
 const idOf = (request: GroupedRequest) => `${request.ref.scope}\u001f${request.ref.key}`;
 
@@ -64,12 +81,20 @@ export class EnqueueGroups {
   }
 
   /** Enqueues `request` with whatever else this process enqueues on its queue meanwhile. */
-  async enqueue(request: GroupedRequest): Promise<Enqueued> {
+  async enqueue(request: GroupedRequest): Promise<GroupEnqueued> {
     assertValidClaim(request.claim);
     await this.#flow.ready();
     // On Citus every enqueue goes alone and at once: nothing to wait for.
-    if (!this.#flow.dispatchesInline) return enqueueRun(this.#sql, this.#clock, this.#flow, { ...request, ...this.#host.state(request.entry.queue) });
-    return new Promise<Enqueued>((resolve, reject) => {
+    if (!this.#flow.dispatchesInline) {
+      const room = this.#host.room(request.entry.queue, 1);
+      try {
+        return { ...(await enqueueRun(this.#sql, this.#clock, this.#flow, { ...request, ...roomOf(room) })), room };
+      } catch (error) {
+        room.taken();
+        throw error;
+      }
+    }
+    return new Promise<GroupEnqueued>((resolve, reject) => {
       const queue = request.entry.queue;
       const waiting = this.#waiting.get(queue);
       if (waiting) {
@@ -83,18 +108,23 @@ export class EnqueueGroups {
 
   #send(queue: string, group: Waiting[]): void {
     let requests: EnqueueRequest[];
+    let room: GroupRoom;
     try {
-      const state = this.#host.state(queue);
-      requests = group.map(({ request }) => ({ ...request, ...state }));
+      room = this.#host.room(queue, group.length);
+      requests = group.map(({ request }) => ({ ...request, ...roomOf(room) }));
     } catch (error) {
       group.forEach((waiting) => waiting.reject(error));
       this.#next(queue);
       return;
     }
+    const refuse = (waiting: Waiting, reason: unknown) => {
+      room.taken();
+      waiting.reject(reason);
+    };
     enqueueRuns(this.#sql, this.#clock, this.#flow, requests)
       .then(
-        (results) => results.forEach((result, i) => (result.status === 'fulfilled' ? group[i]!.resolve(result.value) : group[i]!.reject(result.reason))),
-        (error: unknown) => group.forEach((waiting) => waiting.reject(error)),
+        (results) => results.forEach((result, i) => (result.status === 'fulfilled' ? group[i]!.resolve({ ...result.value, room }) : refuse(group[i]!, result.reason))),
+        (error: unknown) => group.forEach((waiting) => refuse(waiting, error)),
       )
       .finally(() => this.#next(queue));
   }

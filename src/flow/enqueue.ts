@@ -182,7 +182,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
 
 /** An enqueue's own run, if its entry took a free slot at once: it executes under the claim's lease. */
 function ownIfHolding(holding: boolean, request: EnqueueRequest, claim: { lease: { token: string }; attempts: number }): DispatchedRun[] {
-  return holding ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts }] : [];
+  return holding ? [{ scope: request.ref.scope, key: request.ref.key, token: claim.lease.token, attempts: claim.attempts, atOnce: true }] : [];
 }
 
 /** The enqueue whose claim goes first, on its own: on Citus, and for a claim's rare paths (a failed run resumed, an expired key or lease). */

@@ -41,6 +41,8 @@ export interface DispatchedRun {
   attempts: number;
   /** A run started with nothing recorded yet (no step, no wait): what executing it needs, read in the dispatch (one PostgreSQL). */
   fresh?: FreshRun;
+  /** An enqueue's own run, its slot taken at once (no dispatch's choice): it does not count against a dispatch's room. */
+  atOnce?: true;
 }
 
 /** A dispatched run that has recorded nothing: its row as a load would read it, without the load. */
