@@ -76,10 +76,17 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
     opening?.abandon();
     throw translateDatabaseError(error, action);
   }
+  if (claim.state === 'owned' && opening && core.closing) {
+    // The engine began to shut down while the claim was in flight: it executes nothing more. The
+    // claim, still uncommitted, is undone — nothing of the call is written.
+    opening.abandon();
+    throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+  }
   if (claim.state === 'owned' && !claim.resumed) {
     instrument.runStarted(definition);
     const lease = claim.lease;
-    const done = core.runs.track(lease, () =>
+    // Committed (engine.start) as the shutdown began: its lease is given up at once, for another process.
+    const done = core.runs.trackTaken(lease, () =>
       core.runs.execute(lease, definition, parsed.data, {
         rootKey: root,
         finished: new Map(),

@@ -279,7 +279,11 @@ export class Engine<Registered extends Workflow = Workflow> {
   /**
    * Graceful stop: takes no new runs; each run in flight finishes its current
    * step, then stops and gives its lease up at once, so another process
-   * resumes it without waiting for the lease to expire.
+   * resumes it without waiting for the lease to expire. A call made before
+   * whose claim answers after executes nothing here: engine.run's and
+   * attempt's claim is undone (shutting_down, nothing written); engine.start's,
+   * committed, gives its lease up at once, as do runs a dispatch, a sweep or a
+   * wake still in flight takes.
    */
   async shutdown(options: { timeoutMs?: number } = {}): Promise<void> {
     this.#core.closing = true;

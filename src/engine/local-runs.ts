@@ -91,10 +91,11 @@ export class LocalRuns {
 
   /**
    * Registers an execution of a run this process took in the background (a
-   * dispatch, a sweep, a wake) — unless the engine is shutting down: a take
-   * still in flight when the shutdown began is not executed here. Its lease is
-   * given up at once, as a run stopped at a step boundary gives it up, so that
-   * another process's sweep takes it over (a queued run still holding its slot).
+   * dispatch, a sweep, a wake) or by a caller's committed claim (engine.start,
+   * a takeover) — unless the engine is shutting down: a take still in flight
+   * when the shutdown began is not executed here. Its lease is given up at
+   * once, as a run stopped at a step boundary gives it up, so that another
+   * process's sweep takes it over (a queued run still holding its slot).
    */
   trackTaken(lease: Lease, execute: () => Promise<Settled>): Promise<Settled> {
     if (this.#core.closing) return this.#afterStop(lease, 'shutting_down', null);
@@ -108,7 +109,8 @@ export class LocalRuns {
    * the next run in line starts at once, not at a sweep.
    */
   resumeClaimed(claim: { lease: Lease; heldQueue?: string }): Promise<Settled> {
-    const done = this.track(claim.lease, () => this.resumeOwned(claim.lease));
+    // Shutting down: given up at once, as any run this process takes then (trackTaken).
+    const done = this.trackTaken(claim.lease, () => this.resumeOwned(claim.lease));
     const queue = claim.heldQueue;
     if (queue !== undefined) done.finally(() => this.#core.dispatcher.dispatchQueue(queue)).catch(() => {});
     return done;
