@@ -76,9 +76,10 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
     opening?.abandon();
     throw translateDatabaseError(error, action);
   }
-  if (claim.state === 'owned' && opening && core.closing) {
+  if (opening && core.closing && (claim.state === 'owned' || (claim.state === 'waiting' && claim.resumed))) {
     // The engine began to shut down while the claim was in flight: it executes nothing more. The
-    // claim, still uncommitted, is undone — nothing of the call is written.
+    // claim (a start, a takeover, a failed run put back in line), still uncommitted, is undone —
+    // nothing of the call is written.
     opening.abandon();
     throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
   }

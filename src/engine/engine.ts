@@ -244,7 +244,8 @@ export class Engine<Registered extends Workflow = Workflow> {
     );
     // Started here, or taken over here (the same rerun asked for again, its process gone): executed here.
     const lease = started.lease ?? started.takenOver;
-    if (lease) this.#core.runs.track(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
+    // Shutting down meanwhile: its lease is given up at once, for another process (trackTaken).
+    if (lease) this.#core.runs.trackTaken(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
     const fingerprints = { fingerprint: started.plan.fingerprint, legacyFingerprint: () => started.plan.fingerprint };
     const workflow = (ref.workflow ?? this.registry.get(started.plan.workflow, started.plan.version)) as W;
     return runHandle(this.#core, workflow, started.ref, started.rootKey, started.lease !== undefined, fingerprints);

@@ -318,9 +318,20 @@ export class Dispatcher implements SlotHandOff {
         left -= 1;
         if (left !== 0) return;
         this.#reserved -= capacity;
-        if (overRoom) this.#overRoomAsked.delete(queue);
+        if (!overRoom) return;
+        this.#overRoomAsked.delete(queue);
+        // A dispatch owed meanwhile was left to this one's run over the room: if it started none, it
+        // is made now (after the runs it started, if any, are registered: a microtask later).
+        queueMicrotask(() => this.#owedWithoutOverRoom(queue));
       },
     };
+  }
+
+  /** A dispatch left to a run over the room of `queue`, when none is in flight or executing here: made now. */
+  #owedWithoutOverRoom(queue: string): void {
+    if (!this.#owedAfterOverRoom.has(queue) || this.#overRoomAsked.has(queue) || [...this.#overRoom.values()].includes(queue)) return;
+    this.#owedAfterOverRoom.delete(queue);
+    this.dispatchAfterEnd(queue, 0, true);
   }
 
   /**

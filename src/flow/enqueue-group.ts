@@ -126,7 +126,9 @@ export class EnqueueGroups {
         (results) => results.forEach((result, i) => (result.status === 'fulfilled' ? group[i]!.resolve({ ...result.value, room }) : refuse(group[i]!, result.reason))),
         (error: unknown) => group.forEach((waiting) => refuse(waiting, error)),
       )
-      .finally(() => this.#next(queue));
+      // The next group once this one's callers have executed what it started and given its room back
+      // (their continuations are microtasks: done before an immediate), so that it reads the room left.
+      .finally(() => ((this.#waiting.get(queue)?.length ?? 0) > 0 ? setImmediate(() => this.#next(queue)) : this.#next(queue)));
   }
 
   /** The next group of `queue`: the enqueues that waited, in order, one per key, at most MAX_GROUP. */

@@ -116,17 +116,57 @@ export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, req
     }
     // One after another, in the order they came: their entries keep their places in line, and the
     // pool is not drained by a group's worth of transactions at once.
+    const room = new GroupCapacity(requests[0]!.capacity);
     const alone: PromiseSettledResult<Enqueued>[] = [];
     for (const request of requests) {
       try {
-        alone.push({ status: 'fulfilled', value: await enqueueRun(sql, clock, flow, request) });
+        alone.push({ status: 'fulfilled', value: room.spent(await enqueueRun(sql, clock, flow, room.of(request))) });
       } catch (reason) {
         alone.push({ status: 'rejected', reason });
       }
     }
     return alone;
   }
-  return Promise.allSettled(requests.map((request, i) => afterPipelined(sql, clock, flow, request, firsts[i])));
+  // A claim's rare paths go on alone, one after another, each with the room the group has left.
+  const room = new GroupCapacity(requests[0]!.capacity);
+  firsts.forEach((first) => room.spent(first));
+  const results: PromiseSettledResult<Enqueued>[] = [];
+  for (const [i, request] of requests.entries()) {
+    try {
+      results.push({ status: 'fulfilled', value: room.spent(await afterPipelined(sql, clock, flow, room.of(request), firsts[i])) });
+    } catch (reason) {
+      results.push({ status: 'rejected', reason });
+    }
+  }
+  return results;
+}
+
+/**
+ * The runs a group's dispatches may start in all (its process's room, read
+ * once for the group): each dispatch of the group gets what those before it
+ * left, so that the group's batch and a request sent alone after it do not
+ * each start the whole room. An enqueue's own run, its slot taken at once, is
+ * not counted.
+ */
+class GroupCapacity {
+  #left: number;
+  /** The runs counted, by lease token (an answer may repeat what an earlier one started). */
+  readonly #counted = new Set<string>();
+  constructor(capacity: number) {
+    this.#left = capacity;
+  }
+  of(request: EnqueueRequest): EnqueueRequest {
+    return { ...request, capacity: Math.max(0, this.#left) };
+  }
+  /** Counts the runs `answer` started that were not counted yet, and returns it. */
+  spent<T extends { dispatched: DispatchedRun[] } | undefined>(answer: T): T {
+    for (const run of answer?.dispatched ?? []) {
+      if (run.atOnce || this.#counted.has(run.token)) continue;
+      this.#counted.add(run.token);
+      this.#left -= 1;
+    }
+    return answer;
+  }
 }
 
 /** What the pipelined batch answered, or, for a claim's rare path, only what its dispatch started. */
@@ -194,7 +234,8 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
       const queue = claim.wait.for ?? request.entry.queue;
       await flow.lockIn(tx.sql, queue);
       const dispatched = await commitWithDispatch(tx, flow, queue, request, []);
-      return { claim, dispatched, requeued: true };
+      // No room to start it in (capacity 0): its queue is dispatched after the commit.
+      return { claim, dispatched, requeued: true, dispatchAfter: request.capacity <= 0 };
     }
     if (claim.state !== 'owned' || claim.resumed) {
       if (claim.state === 'owned') await tx.commit();
@@ -221,7 +262,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
       return { claim, dispatched: [], requeued: false, dispatchAfter: lock === 'held' };
     }
     const dispatched = await commitWithDispatch(tx, flow, request.entry.queue, request, entry);
-    return { claim, dispatched, requeued: false };
+    return { claim, dispatched, requeued: false, dispatchAfter: request.capacity <= 0 };
   } catch (error) {
     tx.abandon();
     throw translateDatabaseError(error, `enqueueing on queue '${request.entry.queue}'`);

@@ -176,8 +176,10 @@ export class FlowControl {
    * whether the queue is to be dispatched after the commit (an entry waits,
    * and no dispatch under the lock followed it in the batch).
    */
-  enqueueStatements(q: Queryable, queue: string, entries: readonly { lease: Lease; statement: PendingRows }[], limit: number, leaseMs: number, versions: Versions, inBatch: boolean) {
+  enqueueStatements(q: Queryable, queue: string, entries: readonly { lease: Lease; statement: PendingRows }[], limit: number, leaseMs: number, versions: Versions, othersWaiting: boolean) {
     const last = entries[entries.length - 1]!;
+    // No room to start a run in: no dispatch in the batch; an entry that waits has its queue dispatched after the commit.
+    const inBatch = othersWaiting && limit > 0;
     const statements = inBatch
       ? [...entries.map((entry) => entry.statement), dispatchStatement(q, this.#clock, queue, limit, leaseMs, versions, { guarded: true, unlessGranted: last.lease })]
       : entries.map((entry) => entry.statement);
