@@ -14,7 +14,7 @@
  */
 import { Transaction } from '../db/transaction.js';
 import { translateDatabaseError } from '../errors/pg-errors.js';
-import { isStepkeyError, StepkeyError } from '../errors/stepkey-error.js';
+import { isStepkeyError, shuttingDownError, StepkeyError } from '../errors/stepkey-error.js';
 import { newRootKey, storedRootKey } from '../keys/derive.js';
 import { legacyPurposeFingerprint, purposeFingerprint } from '../keys/fingerprint.js';
 import { probeKey } from '../ledger/claim.js';
@@ -39,7 +39,7 @@ export type Begun =
   | { kind: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
 
 export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef, input: unknown, options: RunOptions, fold: boolean): Promise<Begun> {
-  if (core.closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+  if (core.closing) throw shuttingDownError();
   assertValidRef(ref);
   const definition = core.registry.require(workflow);
   const parsed = definition.input.safeParse(input);
@@ -81,7 +81,7 @@ export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef
     // claim (a start, a takeover, a failed run put back in line), still uncommitted, is undone —
     // nothing of the call is written.
     opening.abandon();
-    throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+    throw shuttingDownError();
   }
   if (claim.state === 'owned' && !claim.resumed) {
     instrument.runStarted(definition);

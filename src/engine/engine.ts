@@ -16,7 +16,7 @@
  */
 import { connect, type Database, type Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { StepkeyError } from '../errors/stepkey-error.js';
+import { shuttingDownError, StepkeyError } from '../errors/stepkey-error.js';
 import { readRow } from '../ledger/sql/read.js';
 import type { KeyRef } from '../ledger/types.js';
 import { claimRun } from '../lifecycle/claim.js';
@@ -145,7 +145,7 @@ export class Engine<Registered extends Workflow = Workflow> {
    */
   async enqueue<W extends Workflow>(workflow: W, ref: KeyRef, input: InputOf<W>, options: EnqueueOptions & RunOptions):
     Promise<RunHandle<WorkflowResult<W>, W> & { queued: boolean; requeued: boolean }> {
-    if (this.#core.closing) throw new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+    if (this.#core.closing) throw shuttingDownError();
     assertValidRef(ref);
     const definition = this.registry.require(workflow);
     const run = queuedRun(this.#core.flow, definition, ref, input, options);

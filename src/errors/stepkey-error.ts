@@ -78,6 +78,11 @@ export class StepkeyError extends Error {
   }
 }
 
+/** What a call the engine refuses once its shutdown began is told (engine.start/run/attempt/enqueue). */
+export function shuttingDownError(): StepkeyError {
+  return new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+}
+
 export function httpStatusOf(code: StepkeyErrorCode): number {
   return codeTable[code].status;
 }

@@ -99,9 +99,8 @@ export class Dispatcher implements SlotHandOff {
   constructor(host: DispatchHost, flow: FlowControl) {
     this.#host = host;
     this.#flow = flow;
-    const dispatcher = this;
     this.#groups = new EnqueueGroups(host.sql, host.clock, flow, {
-      room: (queue, callers) => dispatcher.#groupRoom(queue, callers),
+      room: (queue, callers) => this.#groupRoom(queue, callers),
       get closing() {
         return host.closing;
       },
@@ -270,7 +269,6 @@ export class Dispatcher implements SlotHandOff {
     this.#flow
       .dispatch(admitted.capacity, host.leaseMs, host.versions(), queue)
       .then((results) => {
-        admitted.taken();
         for (const result of results) {
           // Runs were waiting: the next completions hand their slots over again. A look that found no
           // run in line: the next enqueues send no dispatch (their entries, if they wait, are
@@ -282,6 +280,7 @@ export class Dispatcher implements SlotHandOff {
       })
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
+        // Given back once what it started is registered as executing (#admit).
         admitted.taken();
         const again = this.#dispatching.get(id);
         this.#dispatching.delete(id);

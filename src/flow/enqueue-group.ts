@@ -22,7 +22,7 @@
  */
 import type { Sql } from '../db/connect.js';
 import type { Clock } from '../db/clock.js';
-import { StepkeyError } from '../errors/stepkey-error.js';
+import { shuttingDownError } from '../errors/stepkey-error.js';
 import { assertValidClaim } from '../ledger/claim.js';
 import { enqueueRun, enqueueRuns, type Enqueued, type EnqueueRequest } from './enqueue.js';
 import type { FlowControl } from './flow-control.js';
@@ -137,7 +137,7 @@ export class EnqueueGroups {
     if (waiting.length === 0 || this.#host.closing) {
       this.#waiting.delete(queue);
       if (waiting.length > 0) {
-        const refused = new StepkeyError('shutting_down', 'The engine is shutting down and starts no new runs.');
+        const refused = shuttingDownError();
         waiting.forEach((item) => item.reject(refused));
       }
       return;

@@ -116,58 +116,28 @@ export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, req
     }
     // One after another, in the order they came: their entries keep their places in line, and the
     // pool is not drained by a group's worth of transactions at once.
-    const room = new GroupCapacity(requests[0]!.capacity);
     const alone: PromiseSettledResult<Enqueued>[] = [];
     for (const request of requests) {
       try {
-        alone.push({ status: 'fulfilled', value: room.spent(await enqueueRun(sql, clock, flow, room.of(request))) });
+        alone.push({ status: 'fulfilled', value: await enqueueRun(sql, clock, flow, withoutRoom(request)) });
       } catch (reason) {
         alone.push({ status: 'rejected', reason });
       }
     }
     return alone;
   }
-  // A claim's rare paths go on alone, one after another, each with the room the group has left.
-  const room = new GroupCapacity(requests[0]!.capacity);
-  firsts.forEach((first) => room.spent(first));
-  const results: PromiseSettledResult<Enqueued>[] = [];
-  for (const [i, request] of requests.entries()) {
-    try {
-      results.push({ status: 'fulfilled', value: room.spent(await afterPipelined(sql, clock, flow, room.of(request), firsts[i])) });
-    } catch (reason) {
-      results.push({ status: 'rejected', reason });
-    }
-  }
-  return results;
+  return Promise.allSettled(requests.map((request, i) => afterPipelined(sql, clock, flow, withoutRoom(request), firsts[i])));
 }
 
 /**
- * The runs a group's dispatches may start in all (its process's room, read
- * once for the group): each dispatch of the group gets what those before it
- * left, so that the group's batch and a request sent alone after it do not
- * each start the whole room. An enqueue's own run, its slot taken at once, is
- * not counted.
+ * A group's request sent alone (a claim's rare path after the batch, or each
+ * request after the batch failed): the room the process gave the group is
+ * its batch's only, so a request alone starts no run waiting in line in its
+ * own transaction — a run of it that waits has its queue dispatched after
+ * its commit (dispatchAfter), by the process, within its room. Its own run
+ * still takes a free slot at once.
  */
-class GroupCapacity {
-  #left: number;
-  /** The runs counted, by lease token (an answer may repeat what an earlier one started). */
-  readonly #counted = new Set<string>();
-  constructor(capacity: number) {
-    this.#left = capacity;
-  }
-  of(request: EnqueueRequest): EnqueueRequest {
-    return { ...request, capacity: Math.max(0, this.#left) };
-  }
-  /** Counts the runs `answer` started that were not counted yet, and returns it. */
-  spent<T extends { dispatched: DispatchedRun[] } | undefined>(answer: T): T {
-    for (const run of answer?.dispatched ?? []) {
-      if (run.atOnce || this.#counted.has(run.token)) continue;
-      this.#counted.add(run.token);
-      this.#left -= 1;
-    }
-    return answer;
-  }
-}
+const withoutRoom = (request: EnqueueRequest): EnqueueRequest => ({ ...request, capacity: 0 });
 
 /** What the pipelined batch answered, or, for a claim's rare path, only what its dispatch started. */
 type Pipelined = Enqueued | { dispatched: DispatchedRun[] };
@@ -271,6 +241,11 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
 
 /** Sends `before`, dispatches `queue` and commits: on one PostgreSQL all with the COMMIT, on Citus step by step. */
 async function commitWithDispatch(tx: Transaction, flow: FlowControl, queue: string, request: EnqueueRequest, before: readonly postgres.PendingQuery<postgres.Row[]>[]) {
+  // No room to start a run in: nothing to dispatch (the caller dispatches after the commit).
+  if (request.capacity <= 0) {
+    await tx.commit(...before);
+    return [];
+  }
   if (flow.dispatchesInline) {
     const answers = await tx.commit(...before, flow.dispatchIn(tx.sql, queue, request.capacity, request.leaseMs, request.versions));
     return dispatchedRuns(answers[answers.length - 1] as readonly unknown[]);
