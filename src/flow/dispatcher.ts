@@ -91,6 +91,17 @@ export class Dispatcher implements SlotHandOff {
    * follows).
    */
   readonly #waitingSeen = new Map<string, boolean>();
+  /**
+   * Queues whose last dispatch from here started runs waiting in line (a
+   * dispatch after an end, or an enqueue's batch): a backlog, most likely,
+   * so the next dispatch after an end takes the queue's lock without the
+   * look first — the look would find runs to start, and only delay them by
+   * a round trip and a wait for the lock. An enqueue's run that took its
+   * slot at once (no run was due before it), or a dispatch that started
+   * none, ends it. A hint for cost only: either way the dispatch under the
+   * lock decides.
+   */
+  readonly #backlog = new Set<string>();
   /** Per queue, how many times an enqueue here saw its run wait: a look that began before the last of them does not say none waits. */
   readonly #waitingSince = new Map<string, number>();
   /** Enqueues on one queue at once from this process: one transaction (flow/enqueue-group.ts). */
@@ -137,11 +148,18 @@ export class Dispatcher implements SlotHandOff {
     } finally {
       room.taken();
     }
+    if (dispatched.some((started) => !started.atOnce)) this.#sawBacklog(run.entry.queue, true);
+    else if (dispatched.length > 0) this.#sawBacklog(run.entry.queue, false);
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
     if ((own || requeued) && !mineStarted) this.#sawWaiting(run.entry.queue);
     return { claim, own, rootKey: root, queued: (own || requeued) && !mineStarted, requeued };
+  }
+
+  #sawBacklog(queue: string, backlog: boolean): void {
+    if (backlog) this.#backlog.add(queue);
+    else this.#backlog.delete(queue);
   }
 
   #sawWaiting(queue: string): void {
@@ -267,12 +285,13 @@ export class Dispatcher implements SlotHandOff {
     this.#dispatching.set(id, undefined);
     const since = this.#waitingSince.get(id) ?? 0;
     this.#flow
-      .dispatch(admitted.capacity, host.leaseMs, host.versions(), queue)
+      .dispatch(admitted.capacity, host.leaseMs, host.versions(), queue, queue === undefined || !this.#backlog.has(queue))
       .then((results) => {
         for (const result of results) {
           // Runs were waiting: the next completions hand their slots over again. A look that found no
           // run in line: the next enqueues send no dispatch (their entries, if they wait, are
           // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
+          this.#sawBacklog(result.queue, result.runs.length > 0);
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
           else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
           this.startDispatched(result.queue, result.runs, undefined, admitted.overRoom);

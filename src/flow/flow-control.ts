@@ -226,19 +226,21 @@ export class FlowControl {
    * Dispatches `queue` (or, skipping queues another process is dispatching,
    * every registered queue) up to `limit` runs. Returns the runs started,
    * each with its queue: this process executes them; `idle` when a look at
-   * one queue found no run in line.
+   * one queue, or its row's check under the lock, found no run in line.
    */
   async dispatch(
     limit: number,
     leaseMs: number,
     versions: Versions,
     queue?: string,
+    look = true,
   ): Promise<{ queue: string; runs: DispatchedRun[]; idle?: true }[]> {
     if (limit <= 0 || !this.enabled) return [];
     await this.ready();
     // One queue on one PostgreSQL: most dispatches after an end or an enqueue find nothing to start,
-    // and cost one statement then, no transaction.
-    if (queue && this.dispatchesInline) {
+    // and cost one statement then, no transaction — unless the caller expects runs to start (`look`
+    // false: its last dispatch started some), when the look would only delay the dispatch.
+    if (queue && this.dispatchesInline && look) {
       const look = await this.#look(queue);
       if (!look.worth) return [{ queue, runs: [], ...(look.waiting ? {} : { idle: true as const }) }];
     }
@@ -247,7 +249,9 @@ export class FlowControl {
       if (queue && this.dispatchesInline) {
         // One queue on one PostgreSQL: one batch, the lock held only while the server runs it.
         const answers = await tx.commit(...this.#lockedDispatch(tx.sql, queue, limit, leaseMs, versions));
-        return [{ queue, runs: dispatchedRuns(answers[2] as readonly unknown[]) }];
+        // The queue's row not taken: no run waited in line, as a look would have said.
+        const idle = (answers[1] as readonly unknown[]).length === 0;
+        return [{ queue, runs: dispatchedRuns(answers[2] as readonly unknown[]), ...(idle ? { idle: true as const } : {}) }];
       }
       // One queue: its row check travels with its lock, and runs once the lock is held (a statement of its own, its own snapshot).
       const [locked, checked] = queue
