@@ -96,10 +96,10 @@ export class Dispatcher implements SlotHandOff {
    * dispatch after an end, or an enqueue's batch): a backlog, most likely,
    * so the next dispatch after an end takes the queue's lock without the
    * look first — the look would find runs to start, and only delay them by
-   * a round trip and a wait for the lock. An enqueue's run that took its
-   * slot at once (no run was due before it), or a dispatch that started
-   * none, ends it. A hint for cost only: either way the dispatch under the
-   * lock decides.
+   * a round trip and a wait for the lock. A dispatch that found no run in
+   * line, or an enqueue's run that took its slot at once (none was due
+   * before it), ends it; one that started none for want of a slot does not.
+   * A hint for cost only: either way the dispatch under the lock decides.
    */
   readonly #backlog = new Set<string>();
   /** Per queue, how many times an enqueue here saw its run wait: a look that began before the last of them does not say none waits. */
@@ -291,7 +291,8 @@ export class Dispatcher implements SlotHandOff {
           // Runs were waiting: the next completions hand their slots over again. A look that found no
           // run in line: the next enqueues send no dispatch (their entries, if they wait, are
           // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
-          this.#sawBacklog(result.queue, result.runs.length > 0);
+          if (result.runs.length > 0) this.#sawBacklog(result.queue, true);
+          else if (result.idle) this.#sawBacklog(result.queue, false);
           if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
           else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
           this.startDispatched(result.queue, result.runs, undefined, admitted.overRoom);

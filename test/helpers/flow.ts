@@ -136,3 +136,13 @@ export async function lockWaiters(sql: Sql): Promise<number> {
      where locktype = 'advisory' and not granted and database = (select oid from pg_database where datname = current_database())`;
   return row!.n;
 }
+
+/** The advisory locks held or waited for now in `sql`'s database, by mode (a dispatch takes its queue's lock exclusively, a look waits for it shared). */
+export async function advisoryLocks(sql: Sql, which: 'waiting' | 'all' = 'waiting'): Promise<string[]> {
+  const rows = await sql<{ mode: string }[]>`
+    select mode from pg_locks
+     where locktype = 'advisory' and (${which} = 'all' or not granted)
+       and database = (select oid from pg_database where datname = current_database())
+     order by mode`;
+  return rows.map((row) => row.mode);
+}
