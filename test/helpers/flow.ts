@@ -1,6 +1,8 @@
-/** Helpers of the flow-control tests: gates a run waits at, a table of recorded step intervals, and waiting for runs to end. */
+/** Helpers of the flow-control tests: gates a run waits at (and a one-step workflow that waits at them), a table of recorded step intervals, waiting for runs to end, and the queue's lock. */
+import { z } from 'zod';
 import type { Sql } from '../../src/db/connect.js';
-import { PATIENCE_MS } from './patience.js';
+import { defineWorkflow, step } from '../../src/workflow/define.js';
+import { LONG_LEASE_MS, PATIENCE_MS } from './patience.js';
 
 export async function createIntervals(sql: Sql): Promise<void> {
   await sql`create table if not exists public.flow_intervals (
@@ -145,4 +147,43 @@ export async function advisoryLocks(sql: Sql, which: 'waiting' | 'all' = 'waitin
        and database = (select oid from pg_database where datname = current_database())
      order by mode`;
   return rows.map((row) => row.mode);
+}
+
+/**
+ * A one-step workflow named `name` whose step counts its executions by input id and waits at that id's
+ * gate (`gate`: from gates()); `running()` is how many wait at their gates now, `most()` the most that
+ * did at once since `resetMost()`.
+ */
+export function gatedOneStep<const Name extends string>(name: Name, gate: ReturnType<typeof gates>['gate']) {
+  const executions = new Map<string, number>();
+  let running = 0;
+  let most = 0;
+  const workflow = defineWorkflow({
+    name,
+    version: 1,
+    input: z.object({ id: z.string() }),
+    steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
+    async run({ input, steps }) {
+      await steps.work.call(async () => {
+        executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
+        running += 1;
+        most = Math.max(most, running);
+        try {
+          await gate(input.id).opened;
+        } finally {
+          running -= 1;
+        }
+      });
+      return { id: input.id };
+    },
+  });
+  return {
+    workflow,
+    executions,
+    running: () => running,
+    most: () => most,
+    resetMost: () => {
+      most = running;
+    },
+  };
 }

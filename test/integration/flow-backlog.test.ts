@@ -8,34 +8,19 @@
  * look waits for it shared, a dispatch exclusively.
  */
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { defineQueue } from '../../src/flow/define-queue.js';
-import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
-import { gates, holdQueueLock, advisoryLocks, slotsHeld } from '../helpers/flow.js';
+import { advisoryLocks, gatedOneStep, gates, holdQueueLock, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const { gate, openAll } = gates();
 const engineFor = enginesShutAfterEach(db, openAll);
-const executions = new Map<string, number>();
 
 /** One step that waits at its run's gate. */
-const held = defineWorkflow({
-  name: 'flow-backlog-held',
-  version: 1,
-  input: z.object({ id: z.string() }),
-  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
-  async run({ input, steps }) {
-    await steps.work.call(async () => {
-      executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
-      await gate(input.id).opened;
-    });
-    return { id: input.id };
-  },
-});
+const { workflow: held, executions } = gatedOneStep('flow-backlog-held', gate);
 
 const NO_SWEEP = 3_600_000;
 

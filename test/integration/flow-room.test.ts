@@ -7,45 +7,20 @@
  * starts at once (its own) are its caller's start and not counted here.
  */
 import { describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { defineQueue } from '../../src/flow/define-queue.js';
-import { defineWorkflow, step } from '../../src/workflow/define.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
-import { gates, slotsHeld } from '../helpers/flow.js';
+import { gatedOneStep, gates, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
-import { LONG_LEASE_MS, PATIENCE_MS } from '../helpers/patience.js';
+import { PATIENCE_MS } from '../helpers/patience.js';
 
 const db = useTestDatabase();
 const { gate, openAll } = gates();
 const engineFor = enginesShutAfterEach(db, openAll);
 
-const executions = new Map<string, number>();
-/** Runs executing their step in this process now, and the most there were at once. */
-let executing = 0;
-let most = 0;
-
-/** One step that waits at its gate. */
-const gated = defineWorkflow({
-  name: 'flow-room-gated',
-  version: 1,
-  input: z.object({ id: z.string() }),
-  steps: { work: step('work.v1', { timeoutMs: LONG_LEASE_MS, retry: { attempts: 1 } }) },
-  async run({ input, steps }) {
-    await steps.work.call(async () => {
-      executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
-      executing += 1;
-      most = Math.max(most, executing);
-      try {
-        await gate(input.id).opened;
-      } finally {
-        executing -= 1;
-      }
-    });
-    return { id: input.id };
-  },
-});
+/** One step that waits at its gate; the most runs executing it at once in this process (most()). */
+const { workflow: gated, executions, most, resetMost } = gatedOneStep('flow-room-gated', gate);
 
 const NO_SWEEP = 3_600_000;
 const MINUTE = 60_000;
@@ -76,8 +51,7 @@ async function putInLine(e: ReturnType<typeof engineFor>, queue: { name: string 
 
 describe('a process with no room left', () => {
   it('starts one run over it per queue from a burst of enqueues, not one per enqueue; the rest go on one at a time as each ends', async () => {
-    executing = 0;
-    most = 0;
+    resetMost();
     const queue = defineQueue({ name: uniqueKey('flow-room'), concurrency: 10 });
     const e = engineFor([gated], { queues: [queue], sweepIntervalMs: NO_SWEEP, maxConcurrentRuns: 1 });
     const [busy] = refs('busy', 1);
@@ -102,7 +76,7 @@ describe('a process with no room left', () => {
     for (const ref of line) await expect.poll(async () => await status(ref), { timeout: PATIENCE_MS }).toBe('completed');
     expect(await running.result()).toEqual({ id: busy!.key });
     expect([...line, ...burst].map((ref) => executions.get(ref.key))).toEqual(Array(8).fill(1));
-    expect(most).toBeLessThanOrEqual(2);
+    expect(most()).toBeLessThanOrEqual(2);
     expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
   });
 });
