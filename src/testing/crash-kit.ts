@@ -116,8 +116,8 @@ const runner = join(dirname(fileURLToPath(import.meta.url)), `crash-runner${file
 export async function crashTest(options: CrashTestOptions): Promise<CrashReport> {
   const scenarioPath = resolve(options.scenario);
   const scenario = ((await import(pathToFileURL(scenarioPath).href)) as { default: CrashScenario }).default;
-  const env = { STEPKEY_LEASE_MS: '1000', STEPKEY_SWEEP_INTERVAL_MS: '200', ...options.env };
   const timeoutMs = options.timeoutMs ?? 60_000;
+  const env = { STEPKEY_LEASE_MS: '1000', STEPKEY_SWEEP_INTERVAL_MS: '200', STEPKEY_CRASH_PATIENCE_MS: String(timeoutMs), ...options.env };
   const children: ChildHandle[] = [];
   const spawnChild = (args: string[], faults?: string) => {
     const child = spawnScript(runner, { args: [scenarioPath, ...args], env, ...(faults ? { faults } : {}) });

@@ -14,6 +14,7 @@ import { pathToFileURL } from 'node:url';
 import { connect } from '../db/connect.js';
 import { runWorker } from '../worker/run-worker.js';
 import { createEngine } from '../engine/engine.js';
+import { StepkeyError } from '../errors/stepkey-error.js';
 import type { CrashScenario } from './scenario.js';
 
 const [modulePath, mode, url, scope, key] = process.argv.slice(2) as [string, string, string, string, string];
@@ -25,10 +26,23 @@ const database = connect(url, { max: 5 });
 
 if (mode === 'run') {
   const engine = createEngine({ database, workflows, onError: () => {} });
+  // Like a client: a run executing elsewhere, or an answer that says retry (this process lost the
+  // lease to another — a stalled event loop on a busy host does that), is asked again, within the kit's patience.
+  const deadline = Date.now() + Number(process.env.STEPKEY_CRASH_PATIENCE_MS ?? 60_000);
+  const ask = async (ref: { scope: string; key: string }) => {
+    for (;;) {
+      try {
+        return await engine.attempt(scenario.workflow, ref, scenario.input(ref) as never);
+      } catch (error) {
+        if (!(error instanceof StepkeyError && error.retryable) || Date.now() > deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  };
   try {
     const ref = { scope, key };
     for (;;) {
-      const attempt = await engine.attempt(scenario.workflow, ref, scenario.input(ref) as never);
+      const attempt = await ask(ref);
       if (attempt.state === 'completed') {
         console.log(`STEPKEY_RESULT ${JSON.stringify(attempt.output ?? null)}`);
         break;
