@@ -42,10 +42,14 @@ export async function awaitRun(core: EngineCore, ref: KeyRef, fingerprints: Fing
     if (row.status === 'failed' || isEnded(row.status)) return settledFromRow(row);
     const leaseLeftMs = (row.lockedUntil ?? 0) - (Date.now() + clock.offsetMs);
     if (leaseLeftMs <= 0 && !core.closing) {
-      const claim = await inDatabase('resuming a run', () =>
-        claimRun(sql, clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: settings.leaseMs, mode: 'lock' }),
-      );
-      if (claim.state === 'owned') return core.runs.resumeClaimed(claim);
+      // A take in flight until its execution is tracked (shutdown waits for it).
+      const taken = await core.runs.taking(async () => {
+        const claim = await inDatabase('resuming a run', () =>
+          claimRun(sql, clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: settings.leaseMs, mode: 'lock' }),
+        );
+        return claim.state === 'owned' ? { done: core.runs.resumeClaimed(claim) } : undefined;
+      });
+      if (taken) return taken.done;
     }
     await new Promise((resolve) => setTimeout(resolve, Math.max(20, Math.min(delay, leaseLeftMs > 0 ? leaseLeftMs + 20 : delay))));
   }

@@ -38,8 +38,13 @@ export type Begun =
   | { kind: 'running'; retryAfterMs: number; fingerprints: Fingerprints; rootKey: string | null }
   | { kind: 'mismatch'; existing: { kind: LedgerKind; name: string | null } };
 
-export async function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef, input: unknown, options: RunOptions, fold: boolean): Promise<Begun> {
-  if (core.closing) throw shuttingDownError();
+/** A caller's claim of a run and its start here, a take in flight until then (LocalRuns.taking: shutdown waits for it). */
+export function beginRun(core: EngineCore, workflow: Workflow, ref: KeyRef, input: unknown, options: RunOptions, fold: boolean): Promise<Begun> {
+  if (core.closing) return Promise.reject(shuttingDownError());
+  return core.runs.taking(() => begin(core, workflow, ref, input, options, fold));
+}
+
+async function begin(core: EngineCore, workflow: Workflow, ref: KeyRef, input: unknown, options: RunOptions, fold: boolean): Promise<Begun> {
   assertValidRef(ref);
   const definition = core.registry.require(workflow);
   const parsed = definition.input.safeParse(input);

@@ -88,6 +88,7 @@ export function buildCore(sql: Sql, options: EngineOptions): EngineCore & { clos
             ? core.runs.execute(lease, own.definition, own.input, { rootKey: own.rootKey, finished: new Map(), deadlineAtMs: own.deadlineAtMs ?? null })
             : core.runs.resumeOwned(lease, fresh),
         ),
+      taking: (work) => core.runs.taking(work),
       onError: (error, context) => core.onError(error, context),
     },
     flow,

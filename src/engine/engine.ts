@@ -151,9 +151,12 @@ export class Engine<Registered extends Workflow = Workflow> {
     const run = queuedRun(this.#core.flow, definition, ref, input, options);
     // `exclude` names fields of the input: the fingerprint covers the input within { input, queue, priority }.
     const fingerprints = fingerprintsOf(definition.name, run.fingerprinted, run.validatedFingerprinted, { ...options, exclude: run.exclude });
-    const { claim, own, rootKey: root, queued, requeued } = await this.#core.dispatcher.enqueue(definition, ref, run, fingerprints);
-    // A run this enqueue took over (its process died): executed here, as any claim's takeover is.
-    if (claim.state === 'owned' && claim.resumed) this.#core.runs.resumeClaimed(claim).catch(() => {});
+    const { claim, own, rootKey: root, queued, requeued } = await this.#core.runs.taking(async () => {
+      const enqueued = await this.#core.dispatcher.enqueue(definition, ref, run, fingerprints);
+      // A run this enqueue took over (its process died): executed here, as any claim's takeover is.
+      if (enqueued.claim.state === 'owned' && enqueued.claim.resumed) this.#core.runs.resumeClaimed(enqueued.claim).catch(() => {});
+      return enqueued;
+    });
     if (claim.state === 'mismatch') throw mismatchError(ref, claim.existing, 'input, queue or priority');
     return { ...runHandle(this.#core, workflow, ref, own ? root : foundRootKey(ref, claim), own, fingerprints), queued, requeued };
   }
@@ -164,16 +167,17 @@ export class Engine<Registered extends Workflow = Workflow> {
     const { sql, clock } = this;
     const row = await inDatabase('reading a run', () => readRow(sql, ref));
     if (!row || row.kind !== 'run') throw new StepkeyError('run_not_found', `No run with key '${ref.key}' in scope '${ref.scope}'.`);
-    const claim = await inDatabase('resuming a run', () =>
-      claimRun(sql, clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
-    );
+    const { claim, done } = await this.#core.runs.taking(async () => {
+      const claim = await inDatabase('resuming a run', () =>
+        claimRun(sql, clock, { ...ref, fingerprint: row.fingerprint, kind: 'run', name: row.name }, { leaseMs: this.leaseMs, mode: 'lock' }),
+      );
+      return { claim, done: claim.state === 'owned' ? this.#core.runs.resumeClaimed(claim) : undefined };
+    });
     switch (claim.state) {
       case 'vacant':
         throw new StepkeyError('run_not_found', `Run '${ref.key}' in scope '${ref.scope}' is gone (expired).`);
-      case 'owned': {
-        const settled = await this.#core.runs.resumeClaimed(claim);
-        return toAttempt(this.registry, settled, false);
-      }
+      case 'owned':
+        return toAttempt(this.registry, await done!, false);
       case 'replay':
         return toAttempt(this.registry, settledFromRow(replayFields(row.name ?? '', claim.outcome, row.version)), true);
       case 'in_progress':
@@ -239,13 +243,16 @@ export class Engine<Registered extends Workflow = Workflow> {
    */
   async rerun<W extends Workflow>(ref: RunRef<W>, options: RerunOptions, by: ActionBy = byApp): Promise<RunHandle<WorkflowResult<W>, W>> {
     assertValidRef(ref);
-    const started = await inDatabase('rerunning a run', () =>
-      rerunAction(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }, by),
-    );
-    // Started here, or taken over here (the same rerun asked for again, its process gone): executed here.
-    const lease = started.lease ?? started.takenOver;
-    // Shutting down meanwhile: its lease is given up at once, for another process (trackTaken).
-    if (lease) this.#core.runs.trackTaken(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
+    const started = await this.#core.runs.taking(async () => {
+      const started = await inDatabase('rerunning a run', () =>
+        rerunAction(this.sql, this.clock, ref, options, { leaseMs: this.leaseMs, dueNow: false, registry: this.registry }, by),
+      );
+      // Started here, or taken over here (the same rerun asked for again, its process gone): executed here.
+      const lease = started.lease ?? started.takenOver;
+      // Shutting down meanwhile: its lease is given up at once, for another process (trackTaken).
+      if (lease) this.#core.runs.trackTaken(lease, () => this.#core.runs.resumeOwned(lease)).catch(() => {});
+      return started;
+    });
     const fingerprints = { fingerprint: started.plan.fingerprint, legacyFingerprint: () => started.plan.fingerprint };
     const workflow = (ref.workflow ?? this.registry.get(started.plan.workflow, started.plan.version)) as W;
     return runHandle(this.#core, workflow, started.ref, started.rootKey, started.lease !== undefined, fingerprints);
@@ -284,7 +291,8 @@ export class Engine<Registered extends Workflow = Workflow> {
    * whose claim answers after executes nothing here: engine.run's and
    * attempt's claim is undone (shutting_down, nothing written); engine.start's,
    * committed, gives its lease up at once, as do runs a dispatch, a sweep or a
-   * wake still in flight takes.
+   * wake still in flight takes. Resolves once the executions and those takes
+   * have ended, their leases given up, or after `timeoutMs` (default 10 s).
    */
   async shutdown(options: { timeoutMs?: number } = {}): Promise<void> {
     this.#core.closing = true;

@@ -36,6 +36,8 @@ export class LocalRuns {
   readonly #running = new Map<string, Promise<Settled>>();
   /** Runs woken while their execution here was still ending (it had just parked). */
   readonly #pendingWakes = new Set<string>();
+  /** Work in flight that may take runs for this process (taking): what shutdown waits for besides executions. */
+  readonly #takes = new Set<Promise<void>>();
 
   constructor(core: EngineCore) {
     this.#core = core;
@@ -68,11 +70,37 @@ export class LocalRuns {
     for (const key of keys) this.#states.get(idOf({ scope, key }))?.control.stop(reason);
   }
 
-  /** Stops every execution (shutdown), and resolves when they have all ended or `timeoutMs` passed. */
+  /**
+   * Stops every execution (shutdown), and resolves when they have all ended,
+   * and every take in flight with them — its runs given up — or `timeoutMs` passed.
+   */
   async stopAll(reason: StopReason, timeoutMs: number): Promise<void> {
-    for (const state of this.#states.values()) state.control.stop(reason);
-    const all = Promise.allSettled([...this.#running.values()]);
-    await Promise.race([all, new Promise((resolve) => setTimeout(resolve, timeoutMs).unref())]);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      for (const state of this.#states.values()) state.control.stop(reason);
+      const pending = [...this.#running.values(), ...this.#takes];
+      const left = deadline - Date.now();
+      if (pending.length === 0 || left <= 0) return;
+      await Promise.race([Promise.allSettled(pending), new Promise((resolve) => setTimeout(resolve, left).unref())]);
+    }
+  }
+
+  /**
+   * Runs `work` — a claim, a dispatch, a sweep, a wake: whatever may take
+   * runs for this process and hand them to trackTaken before it resolves —
+   * as a take in flight, which shutdown waits for: a run it takes once the
+   * shutdown has begun is given up before the engine's pool may close, not
+   * left to its lease.
+   */
+  taking<T>(work: () => Promise<T>): Promise<T> {
+    const done = work();
+    const settled = done.then(
+      () => {},
+      () => {},
+    );
+    this.#takes.add(settled);
+    void settled.then(() => this.#takes.delete(settled));
+    return done;
   }
 
   /** Registers an execution so that local callers can wait for it. */
@@ -98,7 +126,8 @@ export class LocalRuns {
    * process's sweep takes it over (a queued run still holding its slot).
    */
   trackTaken(lease: Lease, execute: () => Promise<Settled>): Promise<Settled> {
-    if (this.#core.closing) return this.#afterStop(lease, 'shutting_down', null);
+    // Tracked as an execution, so that shutdown waits for the lease's release.
+    if (this.#core.closing) return this.track(lease, () => this.#afterStop(lease, 'shutting_down', null));
     return this.track(lease, execute);
   }
 

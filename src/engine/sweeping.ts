@@ -51,8 +51,12 @@ export class Sweeper {
     this.#timer = undefined;
   }
 
-  /** One sweep; returns how many runs it took, dispatched or ended. */
-  async sweep(): Promise<number> {
+  /** One sweep, a take in flight (LocalRuns.taking); returns how many runs it took, dispatched or ended. */
+  sweep(): Promise<number> {
+    return this.#core.runs.taking(() => this.#sweep());
+  }
+
+  async #sweep(): Promise<number> {
     const core = this.#core;
     if (core.closing) return 0;
     if (this.#sweeping) {

@@ -61,7 +61,8 @@ export class Waker {
       return;
     }
     this.#waking += 1;
-    void (async () => {
+    const failed = (error: unknown) => core.onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`);
+    void core.runs.taking(async () => {
       let taken;
       try {
         taken = await takeDueRun(core.sql, core.clock, ref, randomUUID(), core.settings.leaseMs, core.versions());
@@ -73,8 +74,9 @@ export class Waker {
         return missed?.(ref);
       }
       const lease = { scope: taken.scope, key: taken.key, token: taken.token };
-      await this.admit(core.runs.trackTaken(lease, () => core.runs.resumeOwned(lease)));
-    })().catch((error: unknown) => core.onError(translateDatabaseError(error, 'waking a run'), `waking run '${ref.key}'`));
+      // Its execution is not awaited: the take ends once it is tracked (shutdown waits for that).
+      void this.admit(core.runs.trackTaken(lease, () => core.runs.resumeOwned(lease))).catch(failed);
+    }).catch(failed);
   }
 
   /** Runs woken or taken over here, executing now. */

@@ -40,6 +40,8 @@ export interface DispatchHost {
   versions(): Versions;
   /** Executes `lease`'s run here (tracked like any other): `own`'s, `fresh`'s as its dispatch read it, or one loaded from the ledger. */
   execute(lease: Lease, own?: OwnRun, fresh?: FreshRun): Promise<Settled>;
+  /** Runs `work`, which may start runs here, as a take in flight (shutdown waits for it). */
+  taking<T>(work: () => Promise<T>): Promise<T>;
   onError(error: unknown, context: string): void;
 }
 
@@ -284,20 +286,21 @@ export class Dispatcher implements SlotHandOff {
     if (!admitted) return;
     this.#dispatching.set(id, undefined);
     const since = this.#waitingSince.get(id) ?? 0;
-    this.#flow
-      .dispatch(admitted.capacity, host.leaseMs, host.versions(), queue, queue === undefined || !this.#backlog.has(queue))
-      .then((results) => {
-        for (const result of results) {
-          // Runs were waiting: the next completions hand their slots over again. A look that found no
-          // run in line: the next enqueues send no dispatch (their entries, if they wait, are
-          // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
-          if (result.runs.length > 0) this.#sawBacklog(result.queue, true);
-          else if (result.idle) this.#sawBacklog(result.queue, false);
-          if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
-          else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
-          this.startDispatched(result.queue, result.runs, undefined, admitted.overRoom);
-        }
-      })
+    const look = queue === undefined || !this.#backlog.has(queue);
+    const dispatched = async () => {
+      for (const result of await this.#flow.dispatch(admitted.capacity, host.leaseMs, host.versions(), queue, look)) {
+        // Runs were waiting: the next completions hand their slots over again. A look that found no
+        // run in line: the next enqueues send no dispatch (their entries, if they wait, are
+        // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
+        if (result.runs.length > 0) this.#sawBacklog(result.queue, true);
+        else if (result.idle) this.#sawBacklog(result.queue, false);
+        if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
+        else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
+        this.startDispatched(result.queue, result.runs, undefined, admitted.overRoom);
+      }
+    };
+    host
+      .taking(dispatched)
       .catch((error: unknown) => host.onError(error, `dispatching queue '${queue ?? '(all)'}'`))
       .finally(() => {
         // Given back once what it started is registered as executing (#admit).

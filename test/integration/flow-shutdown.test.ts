@@ -2,8 +2,9 @@
  * Shutdown and queues: an enqueue still in flight when its engine begins to
  * shut down may start runs waiting in line (its dispatch under the queue's
  * lock), but the engine executes none of them: it gives their leases up at
- * once, and another process's sweep takes each over in the slot it holds.
- * No run begins to execute in a process after its shutdown began.
+ * once — the shutdown resolves only once they are given up — and another
+ * process's sweep takes each over in the slot it holds. No run begins to
+ * execute in a process after its shutdown began.
  */
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -11,7 +12,7 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
-import { gates, holdQueueLock } from '../helpers/flow.js';
+import { gates, holdQueueLock, lockWaiters } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
 
@@ -80,22 +81,21 @@ describe('a queue while its engine shuts down', () => {
           patiently,
         )
         .toBeGreaterThanOrEqual(1);
-      await stopping.shutdown({ timeoutMs: 5_000 });
+      const stopped = stopping.shutdown({ timeoutMs: PATIENCE_MS });
       await release();
       released = true;
+      await stopped;
       // Its dispatch under the lock started r (first in line) in the stopping engine, which gave r's
-      // lease up at once instead of executing it: r is in progress, holds the slot, its lease ended.
+      // lease up at once instead of executing it — and the shutdown waited for that enqueue, its
+      // lease given up before the shutdown resolved (the pool could close now): r is in progress,
+      // holds the slot, its lease ended.
+      expect(
+        (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
+          select l.status, l.locked_until <= now() as expired, e.holding
+            from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
+           where l.scope = 's' and l.key = ${r!}`)[0],
+      ).toEqual({ status: 'in_progress', expired: true, holding: true });
       expect((await enqueued).queued).toBe(true);
-      await expect
-        .poll(
-          async () =>
-            (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
-              select l.status, l.locked_until <= now() as expired, e.holding
-                from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
-               where l.scope = 's' and l.key = ${r!}`)[0],
-          patiently,
-        )
-        .toEqual({ status: 'in_progress', expired: true, holding: true });
       expect(executions.get(r!) ?? 0).toBe(0);
     } finally {
       if (!released) await release();
@@ -109,5 +109,50 @@ describe('a queue while its engine shuts down', () => {
       .toBe(2);
     expect(executions.get(r!)).toBe(1);
     expect(executions.get(r2!)).toBe(1);
+  });
+  it('a dispatch after an end, in flight when the shutdown began, gives the run it starts up before the shutdown resolves', async () => {
+    const sql = db().sql;
+    const queue = defineQueue({ name: uniqueKey('flow-shutdown-end'), concurrency: 2 });
+    const [a, b, c] = ['a', 'b', 'c'].map((name) => uniqueKey(`flow-shutdown-end-${name}`));
+    const stopping = engineFor([holder], { queues: [queue] });
+    const other = engineFor([holder], { queues: [queue] });
+
+    // a (here) and b (in another process) hold the queue's two slots; c waits in line (its gate open:
+    // were it executed, it would end).
+    gate(c!).open();
+    await stopping.enqueue(holder, { scope: 's', key: a! }, { id: a! }, { queue });
+    await other.enqueue(holder, { scope: 's', key: b! }, { id: b! }, { queue });
+    await expect.poll(() => [executions.get(a!) ?? 0, executions.get(b!) ?? 0], patiently).toEqual([1, 1]);
+    expect((await stopping.enqueue(holder, { scope: 's', key: c! }, { id: c! }, { queue })).queued).toBe(true);
+
+    // The queue's lock held elsewhere; a ends, and its process's dispatch after the end waits for the lock.
+    const release = await holdQueueLock(sql, queue.name);
+    let released = false;
+    try {
+      gate(a!).open();
+      await expect.poll(() => lockWaiters(sql), patiently).toBeGreaterThanOrEqual(1);
+      const stopped = stopping.shutdown({ timeoutMs: PATIENCE_MS });
+      await release();
+      released = true;
+      await stopped;
+      // That dispatch started c in the stopping engine, which gave its lease up before the shutdown resolved.
+      expect(
+        (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
+          select l.status, l.locked_until <= now() as expired, e.holding
+            from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
+           where l.scope = 's' and l.key = ${c!}`)[0],
+      ).toEqual({ status: 'in_progress', expired: true, holding: true });
+      expect(executions.get(c!) ?? 0).toBe(0);
+    } finally {
+      if (!released) await release();
+    }
+
+    // Another process's sweep takes c over in its slot: once.
+    other.startSweeper();
+    await expect.poll(() => executions.get(c!) ?? 0, patiently).toBe(1);
+    await expect
+      .poll(async () => (await sql<{ status: string }[]>`select status from stepkey.ledger where scope = 's' and key = ${c!}`)[0]?.status, patiently)
+      .toBe('completed');
+    expect(executions.get(c!)).toBe(1);
   });
 });
