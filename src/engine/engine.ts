@@ -163,6 +163,7 @@ export class Engine<Registered extends Workflow = Workflow> {
 
   /** Continues a run that failed, or whose process died, from its last finished step. */
   async resume(ref: KeyRef): Promise<RunAttempt<unknown>> {
+    if (this.#core.closing) throw shuttingDownError();
     assertValidRef(ref);
     const { sql, clock } = this;
     const row = await inDatabase('reading a run', () => readRow(sql, ref));
@@ -242,6 +243,7 @@ export class Engine<Registered extends Workflow = Workflow> {
    * An audited action, like cancel (recorded on the old run).
    */
   async rerun<W extends Workflow>(ref: RunRef<W>, options: RerunOptions, by: ActionBy = byApp): Promise<RunHandle<WorkflowResult<W>, W>> {
+    if (this.#core.closing) throw shuttingDownError();
     assertValidRef(ref);
     const started = await this.#core.runs.taking(async () => {
       const started = await inDatabase('rerunning a run', () =>

@@ -75,13 +75,22 @@ export class LocalRuns {
    * and every take in flight with them — its runs given up — or `timeoutMs` passed.
    */
   async stopAll(reason: StopReason, timeoutMs: number): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      for (const state of this.#states.values()) state.control.stop(reason);
-      const pending = [...this.#running.values(), ...this.#takes];
-      const left = deadline - Date.now();
-      if (pending.length === 0 || left <= 0) return;
-      await Promise.race([Promise.allSettled(pending), new Promise((resolve) => setTimeout(resolve, left).unref())]);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+    });
+    let late = false;
+    void timedOut.then(() => (late = true));
+    try {
+      for (;;) {
+        for (const state of this.#states.values()) state.control.stop(reason);
+        const pending = [...this.#running.values(), ...this.#takes];
+        if (pending.length === 0 || late) return;
+        await Promise.race([Promise.allSettled(pending), timedOut]);
+      }
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -181,9 +190,8 @@ export class LocalRuns {
 
   /** Executes a child run its parent's step has just claimed (see waits/children.ts). */
   executeChild(child: ChildStart): void {
-    // Shutting down: the child is committed with a lease this process will not renew; a sweeper takes it.
-    if (this.#core.closing) return;
-    this.track(child.lease, () =>
+    // Shutting down: the child is committed with a lease for this process; it is given up at once, for another's sweep.
+    this.trackTaken(child.lease, () =>
       this.execute(child.lease, child.workflow, child.input, {
         rootKey: child.rootKey,
         finished: new Map(),
@@ -234,6 +242,11 @@ export class LocalRuns {
       // Another holder committed a step first, or a commit's connection went: start again from
       // what the ledger holds.
       for (let restart = 0; settled.state === 'stopped' && settled.reason === 'conflict' && restart < 3; restart += 1) {
+        // Shutting down: not started again here; its lease is given up.
+        if (this.#core.closing) {
+          settled = { state: 'stopped', reason: 'shutting_down' };
+          break;
+        }
         const loaded = await this.#reload(lease);
         // No row: the run's start rode in the transaction whose connection went. Nothing of it
         // exists, and the caller's retry starts it afresh.

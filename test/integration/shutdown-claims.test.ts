@@ -37,7 +37,7 @@ const row = async (key: string) =>
 
 /**
  * An engine on a pool of one connection, held by the test while `call` is made: the call waits for
- * it before its claim, the engine shuts down meanwhile, and the connection is then let go.
+ * it before its claim, the engine begins to shut down meanwhile, and the connection is then let go.
  */
 async function claimAfterShutdown<T>(call: (e: ReturnType<typeof engineFor>) => Promise<T>): Promise<PromiseSettledResult<T>> {
   const pool = connect(db().url, { max: 1 });
@@ -46,8 +46,11 @@ async function claimAfterShutdown<T>(call: (e: ReturnType<typeof engineFor>) => 
     const held = await pool.sql.reserve();
     const called = call(e);
     called.catch(() => {});
-    await e.shutdown({ timeoutMs: 5_000 });
+    // The shutdown begins while the claim waits; it resolves once the claim has answered (and given
+    // up any lease it took).
+    const stopped = e.shutdown({ timeoutMs: PATIENCE_MS });
     held.release();
+    await stopped;
     const [settled] = await Promise.allSettled([called]);
     return settled!;
   } finally {
@@ -75,7 +78,7 @@ describe('a claim that answers after the shutdown began', () => {
     const key = uniqueKey('shutdown-start');
     const settled = await claimAfterShutdown((e) => e.start(counted, { scope: 's', key }, { id: key }));
     expect(settled.status).toBe('fulfilled');
-    await expect.poll(() => row(key), { timeout: PATIENCE_MS }).toEqual({ status: 'in_progress', expired: true });
+    expect(await row(key)).toEqual({ status: 'in_progress', expired: true });
     expect(executions.get(key) ?? 0).toBe(0);
     engineFor([counted]).startSweeper();
     await expect.poll(async () => (await row(key))?.status, { timeout: PATIENCE_MS }).toBe('completed');
