@@ -38,6 +38,8 @@ interface Armed {
   label: string | undefined;
   hit: number;
   seen: number;
+  /** In-process (onFaultPoint): run instead of the kill. */
+  action?: () => void;
 }
 
 let armed: Armed[] = [];
@@ -66,13 +68,28 @@ export function disarmFaults(): void {
   armed = [];
 }
 
-/** Kills this process with SIGKILL if `point` (with this label) is armed. */
+/**
+ * In-process, for a test that must act at an exact point (begin a shutdown
+ * just after a child's start commits, say): runs `action` synchronously
+ * there, instead of the kill, the `hit`-th time `point` is reached with
+ * `label` (any label if undefined). Returns what disarms it.
+ */
+export function onFaultPoint(point: FaultPoint, label: string | undefined, action: () => void, hit = 1): () => void {
+  const entry: Armed = { point, label, hit, seen: 0, action };
+  armed = [...armed, entry];
+  return () => {
+    armed = armed.filter((other) => other !== entry);
+  };
+}
+
+/** Kills this process with SIGKILL if `point` (with this label) is armed; runs an onFaultPoint action instead. */
 export function faultPoint(point: FaultPoint, label?: string): void {
   if (armed.length === 0) return;
   for (const entry of armed) {
     if (entry.point !== point || (entry.label !== undefined && entry.label !== label)) continue;
     entry.seen += 1;
-    if (entry.seen === entry.hit) {
+    if (entry.seen === entry.hit && entry.action) entry.action();
+    else if (entry.seen === entry.hit) {
       process.stderr.write(`stepkey fault point ${point}${label ? `:${label}` : ''} fired\n`);
       process.kill(process.pid, 'SIGKILL');
     }

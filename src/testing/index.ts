@@ -6,6 +6,7 @@
  *                            counts how many times each callee saw each key
  *   defineCrashScenario      what the kit's child processes run
  *   armFaults / faultPoint   kill the process with SIGKILL at a named point
+ *   onFaultPoint             run a function there instead, in this process
  *   spawnScript              run a file in a child process you can SIGKILL
  */
 export {
@@ -19,6 +20,6 @@ export {
   type FaultOutcome,
 } from './crash-kit.js';
 export { defineCrashScenario, type CrashScenario } from './scenario.js';
-export { armFaults, disarmFaults, faultPoint, faultPoints, type FaultPoint } from '../faults/fault-points.js';
+export { armFaults, disarmFaults, faultPoint, faultPoints, onFaultPoint, type FaultPoint } from '../faults/fault-points.js';
 export { spawnScript, type ChildHandle, type ChildExit, type SpawnOptions } from './child-process.js';
 export { processAlive } from '../embedded/process-alive.js';

@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { connect } from '../../src/db/connect.js';
+import { onFaultPoint } from '../../src/faults/fault-points.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
@@ -28,6 +29,17 @@ const counted = defineWorkflow({
       executions.set(input.id, (executions.get(input.id) ?? 0) + 1);
     });
     return { id: input.id };
+  },
+});
+
+/** Starts a `counted` child and waits for it: the child's start commits with the parent's step. */
+const parent = defineWorkflow({
+  name: 'shutdown-claims-parent',
+  version: 1,
+  input: z.object({ id: z.string() }),
+  steps: { kid: step('kid.v1') },
+  async run({ input, steps }) {
+    return steps.kid.child(counted, { id: `${input.id}-child` });
   },
 });
 
@@ -72,6 +84,31 @@ describe('a claim that answers after the shutdown began', () => {
     // The same call to a process that is up runs it, once.
     expect(await engineFor([counted]).run(counted, { scope: 's', key }, { id: key })).toEqual({ id: key });
     expect(executions.get(key)).toBe(1);
+  });
+
+  it('a child run whose start commits with its parent’s step as the shutdown begins: its lease given up at once; another process’s sweep runs it, once', async () => {
+    const key = uniqueKey('shutdown-parent');
+    const e = engineFor([parent, counted], { sweepIntervalMs: 3_600_000 });
+    let stopped: Promise<void> | undefined;
+    // Just after the child's start committed, before its parent's process executes it.
+    const disarm = onFaultPoint('engine.after-child-start', counted.name, () => {
+      stopped = e.shutdown({ timeoutMs: PATIENCE_MS });
+    });
+    try {
+      await e.start(parent, { scope: 's', key }, { id: key });
+      await expect.poll(() => stopped !== undefined, { timeout: PATIENCE_MS }).toBe(true);
+      await stopped;
+    } finally {
+      disarm();
+    }
+    const [child] = await db().sql<{ key: string; status: string; expired: boolean }[]>`
+      select key, status, locked_until <= now() as expired from stepkey.ledger where scope = 's' and parent_run = ${key}`;
+    expect(child).toMatchObject({ status: 'in_progress', expired: true });
+    expect(executions.get(`${key}-child`) ?? 0).toBe(0);
+    // Another process's sweep runs the child, once, and its end wakes the parent.
+    engineFor([parent, counted]).startSweeper();
+    await expect.poll(async () => (await row(key))?.status, { timeout: PATIENCE_MS }).toBe('completed');
+    expect(executions.get(`${key}-child`)).toBe(1);
   });
 
   it('engine.start: committed, its lease given up at once; another process’s sweep runs it, once', async () => {
