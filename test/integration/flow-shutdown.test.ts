@@ -47,6 +47,15 @@ const queued = defineWorkflow({
   },
 });
 
+/** A queued run's status, whether its lease has ended, and whether it holds its slot. */
+const leaseAndSlot = async (key: string) =>
+  (
+    await db().sql<{ status: string; expired: boolean; holding: boolean }[]>`
+      select l.status, l.locked_until <= now() as expired, e.holding
+        from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
+       where l.scope = 's' and l.key = ${key}`
+  )[0];
+
 /** Polled until it holds, for as long as a busy host may need. */
 const patiently = { timeout: PATIENCE_MS, interval: 20 };
 
@@ -89,12 +98,7 @@ describe('a queue while its engine shuts down', () => {
       // lease up at once instead of executing it — and the shutdown waited for that enqueue, its
       // lease given up before the shutdown resolved (the pool could close now): r is in progress,
       // holds the slot, its lease ended.
-      expect(
-        (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
-          select l.status, l.locked_until <= now() as expired, e.holding
-            from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
-           where l.scope = 's' and l.key = ${r!}`)[0],
-      ).toEqual({ status: 'in_progress', expired: true, holding: true });
+      expect(await leaseAndSlot(r!)).toEqual({ status: 'in_progress', expired: true, holding: true });
       expect((await enqueued).queued).toBe(true);
       expect(executions.get(r!) ?? 0).toBe(0);
     } finally {
@@ -136,12 +140,7 @@ describe('a queue while its engine shuts down', () => {
       released = true;
       await stopped;
       // That dispatch started c in the stopping engine, which gave its lease up before the shutdown resolved.
-      expect(
-        (await sql<{ status: string; expired: boolean; holding: boolean }[]>`
-          select l.status, l.locked_until <= now() as expired, e.holding
-            from stepkey.ledger l join stepkey.queue_entries e on e.scope = l.scope and e.key = l.key
-           where l.scope = 's' and l.key = ${c!}`)[0],
-      ).toEqual({ status: 'in_progress', expired: true, holding: true });
+      expect(await leaseAndSlot(c!)).toEqual({ status: 'in_progress', expired: true, holding: true });
       expect(executions.get(c!) ?? 0).toBe(0);
     } finally {
       if (!released) await release();
