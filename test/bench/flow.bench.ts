@@ -12,14 +12,15 @@
  * had more runs executing than the queue's or a partition's concurrency: a
  * violation fails the bench. Then the start latency of a run enqueued on an
  * empty queue against an unqueued start, and what a queued run costs the
- * database beside an unqueued one (statements, commits). Default durability.
+ * database beside an unqueued one (statements, commits): 8 started at once
+ * on an empty queue, and a backlog drained. Default durability.
  */
 import { z } from 'zod';
 import { connect, type Database } from '../../src/db/connect.js';
 import { defineQueue } from '../../src/flow/define-queue.js';
 import { defineWorkflow, step } from '../../src/workflow/define.js';
 import { createEngine, type Engine } from '../../src/engine/engine.js';
-import { costCells, costPerOperation } from './cost.js';
+import { costCells, costHeader, costPerOperation, type OperationCost } from './cost.js';
 import { benchDatabase, measure, printTable, type Measurement } from './harness.js';
 
 /** Each run's start and end in this process (performance.now()), by key. */
@@ -128,6 +129,17 @@ async function startLatency(ops: number, start: (i: number) => Promise<unknown>,
   return { p50: latencies[Math.floor(latencies.length / 2)]!, p99: latencies[Math.min(latencies.length - 1, Math.floor(latencies.length * 0.99))]! };
 }
 
+/** An operation's cost of `n` runs, per run. */
+const perRun = (cost: OperationCost, n: number): OperationCost => ({
+  statements: cost.statements / n,
+  commits: cost.commits / n,
+  walFlushes: cost.walFlushes / n,
+  walRecords: cost.walRecords / n,
+  walBytes: cost.walBytes / n,
+  cpuMs: cost.cpuMs / n,
+  postgresCpuMs: cost.postgresCpuMs / n,
+});
+
 /** What 8 runs started at once cost, per run: unqueued, or enqueued (until all 8 have ended). */
 async function costAtOnce(url: string, queued: boolean, label: string): Promise<(string | number)[]> {
   const batches = 25;
@@ -153,9 +165,39 @@ async function costAtOnce(url: string, queued: boolean, label: string): Promise<
     },
     (engine) => engine.shutdown(),
   );
-  const perRun = { ...cost, statements: cost.statements / 8, commits: cost.commits / 8, walFlushes: cost.walFlushes / 8, walRecords: cost.walRecords / 8,
-    walBytes: cost.walBytes / 8, cpuMs: cost.cpuMs / 8, postgresCpuMs: cost.postgresCpuMs / 8 };
-  return [label, ...costCells(perRun)];
+  return [label, ...costCells(perRun(cost, 8))];
+}
+
+/**
+ * What a run costs when a backlog is drained, per run: `batches` of 64 runs put on the queue by 8
+ * callers at once (8 each, one after another; 56 of them wait in line and are started by
+ * dispatches), or started unqueued the same way (engine.start), until all 64 have ended.
+ */
+async function costDrained(url: string, queued: boolean, label: string): Promise<(string | number)[]> {
+  const batches = 10;
+  const perBatch = 64;
+  let round = 0;
+  const cost = await costPerOperation(
+    url,
+    batches,
+    engineOn,
+    async (engine) => {
+      round += 1;
+      const keys = Array.from({ length: perBatch }, (_, j) => `drain-${queued ? 'q' : 'u'}-${round}-${j}`);
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, caller) => {
+          for (let j = caller; j < perBatch; j += 8) {
+            const ref = { scope: 'bench', key: keys[j]! };
+            await (queued ? engine.enqueue(oneStep, ref, { n: j, tenant: '' }, { queue }) : engine.start(oneStep, ref, { n: j, tenant: '' }));
+          }
+        }),
+      );
+      while (keys.some((key) => spans.get(key)?.end === undefined) || engine.activeRuns > 0) await new Promise((resolve) => setTimeout(resolve, 1));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    },
+    (engine) => engine.shutdown(),
+  );
+  return [label, ...costCells(perRun(cost, perBatch))];
 }
 
 export async function flowBench(options: { ops: number; runs: number }): Promise<void> {
@@ -228,10 +270,15 @@ export async function flowBench(options: { ops: number; runs: number }): Promise
       ['engine.start (unqueued)', plain.p50, plain.p99],
       ['engine.enqueue, a slot free', queued.p50, queued.p99],
     ]);
-    printTable('What a run costs, 8 started at once (per run; begin and commit counted as statements)', ['operation', 'statements', 'commits', 'WAL flushes', 'WAL records', 'WAL bytes', 'Node CPU ms', 'Postgres CPU ms'], [
+    printTable('What a run costs, 8 started at once (per run; begin and commit counted as statements)', ['operation', ...costHeader], [
       await costAtOnce(database.url, false, 'unqueued (engine.run)'),
       await costAtOnce(database.url, true, 'queued (engine.enqueue, then its end)'),
     ]);
+    printTable(
+      'What a run costs when a backlog is drained: 64 runs put on the queue by 8 callers at once, until all have ended (per run; 56 wait in line)',
+      ['operation', ...costHeader],
+      [await costDrained(database.url, false, 'unqueued (engine.start, 8 callers)'), await costDrained(database.url, true, 'queued (engine.enqueue, 8 callers)')],
+    );
   } finally {
     await Promise.all([first.shutdown(), second.shutdown()]);
     await Promise.all(pools.map((pool) => pool.close()));
