@@ -140,9 +140,19 @@ const perRun = (cost: OperationCost, n: number): OperationCost => ({
   postgresCpuMs: cost.postgresCpuMs / n,
 });
 
-/** What 8 runs started at once cost, per run: unqueued, or enqueued (until all 8 have ended). */
-async function costAtOnce(url: string, queued: boolean, label: string): Promise<(string | number)[]> {
-  const batches = 25;
+/**
+ * What `runs` runs cost, per run, over `batches` batches: each batch `start`s its runs (keys
+ * `${prefix}-<batch>-<j>`) and waits until every one has ended — no polling of the ledger (its
+ * reads would be counted) — and the dispatches after the last ends have committed too.
+ */
+async function costPerRun(
+  url: string,
+  label: string,
+  batches: number,
+  runs: number,
+  prefix: string,
+  start: (engine: Engine, keys: string[]) => Promise<unknown>,
+): Promise<(string | number)[]> {
   let round = 0;
   const cost = await costPerOperation(
     url,
@@ -150,55 +160,44 @@ async function costAtOnce(url: string, queued: boolean, label: string): Promise<
     engineOn,
     async (engine) => {
       round += 1;
-      const keys = Array.from({ length: 8 }, (_, j) => `cost-${queued ? 'q' : 'u'}-${round}-${j}`);
-      await Promise.all(
-        keys.map((key, j) =>
-          queued
-            ? engine.enqueue(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }, { queue })
-            : engine.run(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }),
-        ),
-      );
-      // Every run has ended here (no polling of the ledger: its reads would be counted), and the
-      // dispatches after the last ends have committed too.
+      const keys = Array.from({ length: runs }, (_, j) => `${prefix}-${round}-${j}`);
+      await start(engine, keys);
       while (keys.some((key) => spans.get(key)?.end === undefined) || engine.activeRuns > 0) await new Promise((resolve) => setTimeout(resolve, 1));
       await new Promise((resolve) => setTimeout(resolve, 5));
     },
     (engine) => engine.shutdown(),
   );
-  return [label, ...costCells(perRun(cost, 8))];
+  return [label, ...costCells(perRun(cost, runs))];
 }
 
+/** What 8 runs started at once cost, per run: unqueued, or enqueued (until all 8 have ended). */
+const costAtOnce = (url: string, queued: boolean, label: string) =>
+  costPerRun(url, label, 25, 8, `cost-${queued ? 'q' : 'u'}`, (engine, keys) =>
+    Promise.all(
+      keys.map((key, j) =>
+        queued
+          ? engine.enqueue(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }, { queue })
+          : engine.run(oneStep, { scope: 'bench', key }, { n: j, tenant: '' }),
+      ),
+    ),
+  );
+
 /**
- * What a run costs when a backlog is drained, per run: `batches` of 64 runs put on the queue by 8
+ * What a run costs when a backlog is drained, per run: batches of 64 runs put on the queue by 8
  * callers at once (8 each, one after another; 56 of them wait in line and are started by
  * dispatches), or started unqueued the same way (engine.start), until all 64 have ended.
  */
-async function costDrained(url: string, queued: boolean, label: string): Promise<(string | number)[]> {
-  const batches = 10;
-  const perBatch = 64;
-  let round = 0;
-  const cost = await costPerOperation(
-    url,
-    batches,
-    engineOn,
-    async (engine) => {
-      round += 1;
-      const keys = Array.from({ length: perBatch }, (_, j) => `drain-${queued ? 'q' : 'u'}-${round}-${j}`);
-      await Promise.all(
-        Array.from({ length: 8 }, async (_, caller) => {
-          for (let j = caller; j < perBatch; j += 8) {
-            const ref = { scope: 'bench', key: keys[j]! };
-            await (queued ? engine.enqueue(oneStep, ref, { n: j, tenant: '' }, { queue }) : engine.start(oneStep, ref, { n: j, tenant: '' }));
-          }
-        }),
-      );
-      while (keys.some((key) => spans.get(key)?.end === undefined) || engine.activeRuns > 0) await new Promise((resolve) => setTimeout(resolve, 1));
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    },
-    (engine) => engine.shutdown(),
+const costDrained = (url: string, queued: boolean, label: string) =>
+  costPerRun(url, label, 10, 64, `drain-${queued ? 'q' : 'u'}`, (engine, keys) =>
+    Promise.all(
+      Array.from({ length: 8 }, async (_, caller) => {
+        for (let j = caller; j < keys.length; j += 8) {
+          const ref = { scope: 'bench', key: keys[j]! };
+          await (queued ? engine.enqueue(oneStep, ref, { n: j, tenant: '' }, { queue }) : engine.start(oneStep, ref, { n: j, tenant: '' }));
+        }
+      }),
+    ),
   );
-  return [label, ...costCells(perRun(cost, perBatch))];
-}
 
 export async function flowBench(options: { ops: number; runs: number }): Promise<void> {
   const database = await benchDatabase();
