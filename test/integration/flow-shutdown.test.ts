@@ -134,6 +134,11 @@ describe('a queue while its engine shuts down', () => {
     let released = false;
     try {
       gate(a!).open();
+      // a's end committed first: a waiter seen before it could be a dispatch still in flight from c's
+      // enqueue, and a shutdown begun then would find a's end after it (no dispatch from a closing engine).
+      await expect
+        .poll(async () => (await sql`select status from stepkey.ledger where scope = 's' and key = ${a!}`)[0]?.status, patiently)
+        .toBe('completed');
       await expect.poll(() => lockWaiters(sql), patiently).toBeGreaterThanOrEqual(1);
       const stopped = stopping.shutdown({ timeoutMs: PATIENCE_MS });
       await release();
