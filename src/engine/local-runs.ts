@@ -103,12 +103,12 @@ export class LocalRuns {
    */
   taking<T>(work: () => Promise<T>): Promise<T> {
     const done = work();
-    const settled = done.then(
-      () => {},
-      () => {},
-    );
+    // Out of the set before it settles: a shutdown waiting for it finds the set without it.
+    const forget = () => {
+      this.#takes.delete(settled);
+    };
+    const settled = done.then(forget, forget);
     this.#takes.add(settled);
-    void settled.then(() => this.#takes.delete(settled));
     return done;
   }
 
