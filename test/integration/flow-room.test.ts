@@ -11,7 +11,7 @@ import { defineQueue } from '../../src/flow/define-queue.js';
 import type { KeyRef } from '../../src/ledger/types.js';
 import { useTestDatabase } from '../helpers/database.js';
 import { enginesShutAfterEach } from '../helpers/engine.js';
-import { gatedOneStep, gates, slotsHeld } from '../helpers/flow.js';
+import { gatedOneStep, gates, advisoryLocks, holdQueueLock, slotsHeld } from '../helpers/flow.js';
 import { uniqueKey } from '../helpers/ledger.js';
 import { PATIENCE_MS } from '../helpers/patience.js';
 
@@ -104,5 +104,44 @@ describe('dispatches in flight at once', () => {
     for (const ref of lines.flat()) await expect.poll(async () => await status(ref), { timeout: PATIENCE_MS }).toBe('completed');
     expect([...lines.flat(), a!, b!].map((ref) => executions.get(ref.key))).toEqual(Array(8).fill(1));
     for (const queue of [first!, second!]) expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
+  });
+});
+
+describe('an owed dispatch left to a dispatch over the room', () => {
+  it('is made when that dispatch started no run: a slot given back while an enqueue’s batch over the room waited for the lock still starts the run in line', async () => {
+    const queue = defineQueue({ name: uniqueKey('flow-room-owed'), concurrency: 2 });
+    const e = engineFor([gated], { queues: [queue], sweepIntervalMs: NO_SWEEP, maxConcurrentRuns: 1 });
+    const [busy, a, b] = refs('owed', 3);
+    // The one run of room is taken by a run of no queue; `a`, enqueued here on an empty queue, takes
+    // its slot at once (its caller's start, not counted against the room).
+    const running = await e.start(gated, busy!, { id: busy!.key });
+    await expect.poll(() => executions.get(busy!.key), { timeout: PATIENCE_MS }).toBe(1);
+    const first = await e.enqueue(gated, a!, { id: a!.key }, { queue });
+    expect(first.queued).toBe(false);
+    await expect.poll(() => executions.get(a!.key), { timeout: PATIENCE_MS }).toBe(1);
+    // In line, put there by another process, due a minute from now by this one's clock.
+    const elsewhere = engineFor([gated], { queues: [queue], sweepIntervalMs: NO_SWEEP });
+    const [later] = await putInLine(elsewhere, queue, 'owed-later', 1);
+    // `b`'s batch asks for the one run over the room and, a slot seeming free, waits for the queue's lock.
+    const release = await holdQueueLock(db().sql, queue.name);
+    const second = e.enqueue(gated, b!, { id: b!.key }, { queue });
+    // Its wait is the only one for the lock exclusive (a look after `later`'s entry elsewhere waits shared, and finds none due).
+    await expect.poll(() => advisoryLocks(db().sql), { timeout: PATIENCE_MS }).toContain('ExclusiveLock');
+    // Meanwhile `a` ends: its slot given back, its dispatch owed — left to the batch over the room.
+    gate(a!.key).open();
+    await expect.poll(async () => await status(a!), { timeout: PATIENCE_MS }).toBe('completed');
+    await expect.poll(() => e.activeRuns, { timeout: PATIENCE_MS }).toBe(1);
+    // `later` comes due after the batch was sent: the batch, by its clock, starts none but `b` at once.
+    e.clock.advance(MINUTE + 1_000);
+    await release();
+    expect((await second).queued).toBe(false);
+    // The dispatch owed to `a`'s end is made after the batch answers: `later` starts (no sweep runs).
+    await expect.poll(() => executions.get(later!.key), { timeout: PATIENCE_MS }).toBe(1);
+    for (const ref of [busy!, b!, later!]) gate(ref.key).open();
+    expect(await running.result()).toEqual({ id: busy!.key });
+    expect(await (await second).result()).toEqual({ id: b!.key });
+    await expect.poll(async () => await status(later!), { timeout: PATIENCE_MS }).toBe('completed');
+    expect([a!, b!, later!].map((ref) => executions.get(ref.key))).toEqual([1, 1, 1]);
+    expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
   });
 });
