@@ -5,7 +5,9 @@
  * until a dispatch finds no run in line (not merely no slot free); then an
  * end looks again. Seen from the lock
  * an end's dispatch waits for while a transaction of the test holds it: a
- * look waits for it shared, a dispatch exclusively.
+ * look waits for it shared, a dispatch exclusively. And while a process
+ * has seen a backlog, its enqueues insert their runs already waiting for a
+ * slot: a run that finds a slot free after all is started by its entry.
  */
 import { describe, expect, it } from 'vitest';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -64,6 +66,56 @@ describe('a queue with a backlog', () => {
 
     expect(await Promise.all(handles.map((handle) => handle.result()))).toEqual(refs.map((ref) => ({ id: ref.key })));
     expect(refs.map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1, 1]);
+    expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
+  });
+});
+
+/** The run's row as the ledger has it. */
+const rowOf = async (ref: { scope: string; key: string }) =>
+  (await db().sql<{ status: string; wait_kind: string | null; leased: boolean }[]>`
+    select status, wait_kind, lease_token is not null and locked_until is not null as leased
+      from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
+
+describe('an enqueue behind a backlog seen', () => {
+  it('inserts its run waiting; one that finds a slot free after all starts at once, one that does not waits and starts once; a duplicate changes nothing', async () => {
+    const queue = defineQueue({ name: uniqueKey('flow-backlog-seen'), concurrency: 2 });
+    const e = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
+    const other = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
+    const [a, x, c, d, late] = ['a', 'x', 'c', 'd', 'late'].map((name) => ({ scope: 'acme', key: uniqueKey(`seen-${name}`) })) as [
+      { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string },
+    ];
+    const executing = (ref: { key: string }) => expect.poll(() => executions.get(ref.key), { timeout: PATIENCE_MS, interval: 10 }).toBe(1);
+    // a here and x in the other process hold both slots; c waits in line.
+    const ha = await e.enqueue(held, a, { id: a.key }, { queue });
+    const hx = await other.enqueue(held, x, { id: x.key }, { queue });
+    const hc = await e.enqueue(held, c, { id: c.key }, { queue });
+    expect([ha.queued, hx.queued, hc.queued]).toEqual([false, false, true]);
+    // a's end: this process's dispatch starts c, a run that waited in line — a backlog seen here.
+    gate(a.key).open();
+    await executing(c);
+    // x's end, in the other process, frees a slot; that process finds no run in line.
+    gate(x.key).open();
+    expect(await hx.result()).toEqual({ id: x.key });
+    await expect.poll(() => slotsHeld(db().sql, queue.name), { timeout: PATIENCE_MS, interval: 10 }).toEqual({ held: 1, entries: 1 });
+    // d, enqueued here behind the backlog seen, is inserted waiting, finds the slot free and none in line: started at once, under its claim's lease.
+    const hd = await e.enqueue(held, d, { id: d.key }, { queue });
+    expect(hd.queued).toBe(false);
+    await executing(d);
+    expect(await rowOf(d)).toEqual({ status: 'in_progress', wait_kind: null, leased: true });
+    // late finds none free: it waits as inserted, and its duplicate adds nothing.
+    const hl = await e.enqueue(held, late, { id: late.key }, { queue });
+    expect(hl.queued).toBe(true);
+    expect(await rowOf(late)).toEqual({ status: 'waiting', wait_kind: 'slot', leased: false });
+    const again = await e.enqueue(held, late, { id: late.key }, { queue });
+    expect(again.queued).toBe(false);
+    expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 2, entries: 3 });
+    // c's end starts it.
+    gate(c.key).open();
+    await executing(late);
+    gate(d.key).open();
+    gate(late.key).open();
+    expect(await Promise.all([ha, hc, hd, hl, again].map((handle) => handle.result()))).toEqual([a, c, d, late, late].map((ref) => ({ id: ref.key })));
+    expect([a, x, c, d, late].map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1, 1]);
     expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
   });
 });
