@@ -364,9 +364,8 @@ export class Dispatcher implements SlotHandOff {
    */
   #groupRoom(queue: string, callers: number): GroupRoom {
     const admitted = this.#admit(queue, 0, true, callers);
-    const backlogSeen = this.#backlog.has(queue);
-    if (!admitted) return { capacity: 0, othersWaiting: false, backlogSeen, overRoom: false, taken: () => {} };
-    return { ...admitted, othersWaiting: this.#waitingSeen.get(queue) !== false, backlogSeen };
+    if (!admitted) return { capacity: 0, othersWaiting: false, overRoom: false, taken: () => {} };
+    return { ...admitted, othersWaiting: this.#waitingSeen.get(queue) !== false };
   }
 
   /** A sweep's dispatch of every queue, up to `capacity` runs; returns how many it started. */

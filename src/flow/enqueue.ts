@@ -69,13 +69,6 @@ export interface EnqueueRequest {
    * queue's lock; if not, and some were, the queue is dispatched after the commit.
    */
   othersWaiting: boolean;
-  /**
-   * Whether this process last saw a backlog on the queue (a hint): on one
-   * PostgreSQL the run is then inserted already waiting for a slot — one
-   * write of its row, not an insert and a park — and started by its entry
-   * if its slot is granted at once after all.
-   */
-  backlogSeen?: boolean;
   versions: Versions;
 }
 
@@ -170,12 +163,10 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
   const last = requests[requests.length - 1]!;
   const tx = await Transaction.begin(sql, { acquireTimeoutMs: last.leaseMs });
   try {
-    // Behind a backlog seen, a run is inserted waiting for a slot; one delayed never takes a slot at once.
-    const waiting = requests.map((request) => (request.backlogSeen === true || request.entry.delayMs > 0 ? slotWait(request.entry.queue) : undefined));
-    const claims = requests.map((request, i) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs, waiting: waiting[i] }));
+    const claims = requests.map((request) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }));
     const entries = requests.map((request, i) => ({
       lease: { ...request.ref, token: claims[i]!.token },
-      statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, { token: claims[i]!.token, waiting: waiting[i] !== undefined, leaseMs: request.leaseMs }) as postgres.PendingQuery<postgres.Row[]>,
+      statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, claims[i]!.token) as postgres.PendingQuery<postgres.Row[]>,
     }));
     const batch = flow.enqueueStatements(tx.sql, last.entry.queue, entries, last.capacity, last.leaseMs, last.versions, last.othersWaiting);
     const answers = await tx.commit(...claims.map((claim) => claim.statement), ...batch.statements);
@@ -223,7 +214,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     }
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
-      const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, { token: claim.lease.token, waiting: false, leaseMs: request.leaseMs }) as postgres.PendingQuery<postgres.Row[]>;
+      const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token) as postgres.PendingQuery<postgres.Row[]>;
       const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ lease: claim.lease, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, dispatched: [...ownIfHolding(batch.holding(answers, 0), request, claim), ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };

@@ -11,7 +11,7 @@ import type { Clock } from '../db/clock.js';
 import { StepkeyError } from '../errors/stepkey-error.js';
 import { assertStorableText, assertValidKey, assertValidScope } from '../keys/validate.js';
 import { isLegacyFingerprint } from '../keys/fingerprint.js';
-import { claimRow, claimRowStatement, insertClaimRow, probeRow, type ClaimRow, type InsertedClaim, type InsertedWait } from './sql/claim.js';
+import { claimRow, claimRowStatement, insertClaimRow, probeRow, type ClaimRow, type InsertedClaim } from './sql/claim.js';
 import { forgetExpiredRow, takeoverRow } from './sql/takeover.js';
 import type { ClaimKind, ClaimRequest, ClaimResult } from './types.js';
 
@@ -216,16 +216,14 @@ export async function claimVacantKey(q: Queryable, clock: Clock, request: ClaimR
  * parked, a mismatch — or undefined for the rare paths (a key to forget or
  * take over, a row under an older fingerprint, a commit that slipped past
  * the snapshot): the caller then makes the full claim (claimKey) in a
- * transaction of its own. With `waiting`, a new run is inserted already
- * waiting (no lease): owned all the same, `token` its lease once the caller
- * starts it in the same transaction (flow/sql/enqueue.ts).
+ * transaction of its own.
  */
-export function claimStatement(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number; waiting?: InsertedWait }) {
+export function claimStatement(q: Queryable, clock: Clock, request: ClaimRequest, options: { leaseMs: number }) {
   assertValidClaim(request);
   const token = randomUUID();
   return {
     token,
-    statement: claimRowStatement(q, clock, request, token, options.leaseMs, true, options.waiting) as unknown as postgres.PendingQuery<postgres.Row[]>,
+    statement: claimRowStatement(q, clock, request, token, options.leaseMs, true) as unknown as postgres.PendingQuery<postgres.Row[]>,
     answer: (rows: readonly unknown[] | undefined): ClaimResult | undefined => {
       const row = rows?.[0] as ClaimRow | undefined;
       if (row?.state === 'owned') return vacantClaimOwned(request, token, row);

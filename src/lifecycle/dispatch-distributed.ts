@@ -123,7 +123,9 @@ function startStatement(q: Queryable, clock: Clock, queue: string, run: Chosen, 
          for no key update of l skip locked
     ), started as (
       update stepkey.ledger l
-         set ${startedRunSet(q, now, leaseMs, q`${token}::uuid`)}
+         set status = 'in_progress',
+             lease_token = ${token}::uuid,
+             ${startedRunSet(q, now, leaseMs)}
         from target t
        where l.scope = ${run.scope} and l.key = ${run.key} and t.scope = l.scope and t.key = l.key
       returning l.scope, l.key, l.lease_token, l.attempts

@@ -191,14 +191,11 @@ export const bucketTokens = (q: Queryable, now: ReturnType<typeof sqlNow>) => q`
   end`;
 
 /**
- * What a run's start from the queue sets (alias l): running under lease
- * token `token` from now — a dispatch's, or an enqueue's own run inserted
- * waiting whose slot its entry took at once (flow/sql/enqueue.ts); a queued
- * run's wait ends here, a parked run's own wait stays for its step to read.
+ * The columns a run's start from the queue sets, after its lease token:
+ * running under a lease from now; a queued run's wait ends here, a parked
+ * run's own wait stays for its step to read.
  */
-export const startedRunSet = (q: Queryable, now: ReturnType<typeof sqlNow>, leaseMs: number, token: ReturnType<typeof sqlNow>) => q`
-  status = 'in_progress',
-  lease_token = ${token},
+export const startedRunSet = (q: Queryable, now: ReturnType<typeof sqlNow>, leaseMs: number) => q`
   locked_until = ${now} + ${leaseMs}::float8 * interval '1 millisecond',
   updated_at = ${now},
   wait_kind = nullif(l.wait_kind, 'slot'),
@@ -348,7 +345,9 @@ export function dispatchStatement(
       select scope, key, row_number() over () as n from locked
     ), started as (
       update stepkey.ledger l
-         set ${startedRunSet(q, now, leaseMs, q`(${JSON.stringify(tokens)}::json ->> (k.n::int - 1))::uuid`)}
+         set status = 'in_progress',
+             lease_token = (${JSON.stringify(tokens)}::json ->> (k.n::int - 1))::uuid,
+             ${startedRunSet(q, now, leaseMs)}
         from numbered k
        where l.scope = k.scope and l.key = k.key
       returning l.scope, l.key, l.lease_token, l.attempts, l.name, l.version, l.input, l.last_error, l.root_key,

@@ -5,9 +5,9 @@
  * until a dispatch finds no run in line (not merely no slot free); then an
  * end looks again. Seen from the lock
  * an end's dispatch waits for while a transaction of the test holds it: a
- * look waits for it shared, a dispatch exclusively. And while a process
- * has seen a backlog, its enqueues insert their runs already waiting for a
- * slot: a run that finds a slot free after all is started by its entry.
+ * look waits for it shared, a dispatch exclusively. An enqueue while its
+ * process has seen a backlog still takes a slot that another process gave
+ * back, at once, and waits in line when none is free.
  */
 import { describe, expect, it } from 'vitest';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -77,7 +77,7 @@ const rowOf = async (ref: { scope: string; key: string }) =>
       from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
 
 describe('an enqueue behind a backlog seen', () => {
-  it('inserts its run waiting; one that finds a slot free after all starts at once, one that does not waits and starts once; a duplicate changes nothing', async () => {
+  it('takes a slot given back elsewhere at once; one that finds none free waits and starts once; a duplicate changes nothing', async () => {
     const queue = defineQueue({ name: uniqueKey('flow-backlog-seen'), concurrency: 2 });
     const e = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
     const other = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
@@ -97,12 +97,12 @@ describe('an enqueue behind a backlog seen', () => {
     gate(x.key).open();
     expect(await hx.result()).toEqual({ id: x.key });
     await expect.poll(() => slotsHeld(db().sql, queue.name), { timeout: PATIENCE_MS, interval: 10 }).toEqual({ held: 1, entries: 1 });
-    // d, enqueued here behind the backlog seen, is inserted waiting, finds the slot free and none in line: started at once, under its claim's lease.
+    // d, enqueued here behind the backlog seen, finds the slot free and none in line: started at once, under its claim's lease.
     const hd = await e.enqueue(held, d, { id: d.key }, { queue });
     expect(hd.queued).toBe(false);
     await executing(d);
     expect(await rowOf(d)).toEqual({ status: 'in_progress', wait_kind: null, leased: true });
-    // late finds none free: it waits as inserted, and its duplicate adds nothing.
+    // late finds none free: it waits, parked for a slot, and its duplicate adds nothing.
     const hl = await e.enqueue(held, late, { id: late.key }, { queue });
     expect(hl.queued).toBe(true);
     expect(await rowOf(late)).toEqual({ status: 'waiting', wait_kind: 'slot', leased: false });

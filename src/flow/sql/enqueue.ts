@@ -1,16 +1,15 @@
 /**
  * Putting a run on a queue: its entry, in the transaction of its claim. The
- * run itself waits parked from the same transaction (status waiting,
- * wait_kind 'slot'; on one PostgreSQL inserted so by its claim when its
- * process last saw a backlog on the queue, parked in the entry's own
- * statement if not), so it holds no lease while it waits; dispatch starts it
- * — unless the entry was granted its slot at once (grantedAtOnce below), and
- * the run executes under its claim's lease.
+ * run itself is parked by the same transaction (status waiting, wait_kind
+ * 'slot'; on one PostgreSQL in the entry's own statement), so it holds no
+ * lease while it waits; dispatch starts it — unless the entry was granted its
+ * slot at once (grantedAtOnce below), and the run executes under its claim's
+ * lease.
  */
 import type { Queryable } from '../../db/connect.js';
 import { type Clock, sqlNow } from '../../db/clock.js';
 import type { KeyRef } from '../../ledger/types.js';
-import { servedUpsert, startedRunSet } from '../../lifecycle/dispatch.js';
+import { servedUpsert } from '../../lifecycle/dispatch.js';
 import { parkSet } from '../../lifecycle/park.js';
 import { slotWait } from '../../lifecycle/slot-wait.js';
 
@@ -21,61 +20,33 @@ export interface EntryValues {
   delayMs: number;
 }
 
-/**
- * The run the entry is for, claimed in the same transaction: under lease
- * token `token`, inserted in progress — or, `waiting`, inserted already
- * waiting for a slot (ledger/claim.ts, claimStatement), `token` the lease it
- * runs under if its entry takes a slot at once.
- */
-export interface ClaimedHere {
-  token: string;
-  waiting: boolean;
-  leaseMs: number;
-}
-
-export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, entry: EntryValues, claimed?: ClaimedHere) {
+export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, entry: EntryValues, claimedHere?: string) {
   const now = sqlNow(q, clock);
-  if (claimed !== undefined) {
-    // Sent with the claim that inserted the run (flow/enqueue.ts), and only if it did: its slot
-    // granted at once when grantedAtOnce says so (then the claim's lease is its start), in line for a
-    // slot if not. Nothing to fence: no one else can have touched a row this transaction inserted.
-    // In progress: the row holds the claim's lease token; it is parked unless its slot was granted.
-    // Waiting: the row was inserted by this transaction (its xmin; a waiting row has no lease token,
-    // and an enqueue's transaction writes no other run's row before its entries); it is started
-    // under the claim's token if its slot was granted, and left as it is if not — one write fewer.
-    const mine = claimed.waiting
-      ? q`l.status = 'waiting' and l.wait_kind = 'slot' and l.xmin = pg_current_xact_id()::xid`
-      : q`l.lease_token = ${claimed.token}::uuid and l.status = 'in_progress'`;
-    const after = claimed.waiting
-      ? q`
-      started as (
-        update stepkey.ledger l
-           set ${startedRunSet(q, now, claimed.leaseMs, q`${claimed.token}::uuid`)}
-         where l.scope = ${ref.scope} and l.key = ${ref.key} and ${mine}
-           and exists (select 1 from entry where holding)
-      )`
-      : q`
-      parked as (
-        update stepkey.ledger l
-           set ${parkSet((strings, ...values) => q(strings, ...(values as never[])), now, slotWait(entry.queue))}
-         where l.scope = ${ref.scope} and l.key = ${ref.key} and ${mine}
-           and exists (select 1 from entry where not holding)
-      )`;
+  if (claimedHere !== undefined) {
+    // Sent with the claim that inserted the run (flow/enqueue.ts): only if it did, under lease token
+    // `claimedHere`; its slot granted at once when grantedAtOnce says so (then it is not parked: the
+    // claim's lease is its start), parked for a slot if not. Nothing to fence: no one else can have
+    // touched a row this transaction inserted.
     return q`
       with entry as (
         insert into stepkey.queue_entries (scope, key, queue, partition, priority, enqueued_at, not_before, holding, granted_at, granted_token)
         select l.scope, l.key, ${entry.queue}, ${entry.partition}, ${entry.priority}, ${now},
                ${now} + ${entry.delayMs}::float8 * interval '1 millisecond',
-               g.at_once, case when g.at_once then ${now} end, case when g.at_once then ${claimed.token}::uuid end
+               g.at_once, case when g.at_once then ${now} end, case when g.at_once then l.lease_token end
           from stepkey.ledger l
           -- Lateral on the run's row (the reference to l): decided only for the run this claim
           -- inserted, never for a duplicate's (the function takes the queue's locks).
-          cross join lateral (select case when ${mine} then ${grantedAtOnce(q, clock, entry)} else false end as at_once) g
-         where l.scope = ${ref.scope} and l.key = ${ref.key} and ${mine}
+          cross join lateral (select case when l.status = 'in_progress' then ${grantedAtOnce(q, clock, entry)} else false end as at_once) g
+         where l.scope = ${ref.scope} and l.key = ${ref.key} and l.lease_token = ${claimedHere}::uuid and l.status = 'in_progress'
         returning holding, partition
       ), served as (
         ${servedUpsert(q, entry.queue, now, q`(select partition from entry where holding) granted`)}
-      ), ${after}
+      ), parked as (
+        update stepkey.ledger
+           set ${parkSet((strings, ...values) => q(strings, ...(values as never[])), now, slotWait(entry.queue))}
+         where scope = ${ref.scope} and key = ${ref.key} and lease_token = ${claimedHere}::uuid and status = 'in_progress'
+           and exists (select 1 from entry where not holding)
+      )
       -- Read after the entry's insert: whether stepkey.slot_at_once took the queue's locks.
       select holding, current_setting('stepkey.dispatching', true) is not distinct from ${entry.queue}::text as locked from entry`;
   }

@@ -101,7 +101,7 @@ export async function claimRow(
 }
 
 /** claimRow's statement, not sent yet (in `insert` mode it is the whole claim: an enqueue pipelines it with what follows). */
-export function claimRowStatement(q: Queryable, clock: Clock, request: ClaimRequest, token: string, leaseMs: number, insert: boolean, waiting?: InsertedWait) {
+export function claimRowStatement(q: Queryable, clock: Clock, request: ClaimRequest, token: string, leaseMs: number, insert: boolean) {
   const b = new StatementText();
   const now = b.now(clock);
   b.sql`
@@ -116,7 +116,7 @@ export function claimRowStatement(q: Queryable, clock: Clock, request: ClaimRequ
                   else pg_try_advisory_xact_lock(hashtextextended(${request.scope} || chr(31) || ${request.key}, 0))
              end as held
     ), inserted as (`;
-  insertRow(b, now, request, token, leaseMs, waiting);
+  insertRow(b, now, request, token, leaseMs);
   b.sql`
         from lock
        where lock.held and ${insert}::boolean
@@ -141,45 +141,21 @@ export function claimRowStatement(q: Queryable, clock: Clock, request: ClaimRequ
   return b.query<ClaimRow[]>(q);
 }
 
-/**
- * A run inserted already waiting (parked), not in progress: its wait, as
- * a park would record it. No lease and no expiry; due (wake_at) only at its
- * deadline, if it has one.
- */
-export interface InsertedWait {
-  kind: string;
-  step: string;
-  for: string;
-}
-
-/**
- * The columns and values of a claim's row (for `insert into stepkey.ledger … from …`): in progress
- * under the lease `token`, or waiting (`waiting`: no lease).
- */
-function insertRow(b: StatementText, now: SqlText, request: ClaimRequest, token: string, leaseMs: number, waiting?: InsertedWait): void {
+/** The columns and values of a claim's in-progress row (for `insert into stepkey.ledger … from …`). */
+function insertRow(b: StatementText, now: SqlText, request: ClaimRequest, token: string, leaseMs: number): void {
   const deadline = request.run?.deadline;
-  const deadlineAt = () => {
-    if (!deadline) b.sql`null::timestamptz`;
-    else if ('inMs' in deadline) b.sql`${now} + ${deadline.inMs}::float8 * interval '1 millisecond'`;
-    else b.sql`to_timestamp(${deadline.atMs}::float8 / 1000)`;
-  };
   b.sql`
       insert into stepkey.ledger
         (scope, key, kind, name, parent_key, fingerprint, status,
-         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow, deadline_at`;
-  if (waiting) b.sql`, wait_kind, wait_step, wait_for, wake_at`;
-  b.sql`)
+         lease_token, locked_until, attempts, created_at, updated_at, version, input, root_key, trace_context, flow, deadline_at)
       select ${request.scope}, ${request.key}, ${request.kind ?? 'request'}, ${request.name ?? null},
-             ${request.parentKey ?? null}, ${request.fingerprint}, `;
-  if (waiting) b.sql`'waiting', null::uuid, null::timestamptz, `;
-  else b.sql`'in_progress', ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', `;
-  b.sql`1, ${now}, ${now},
+             ${request.parentKey ?? null}, ${request.fingerprint}, 'in_progress',
+             ${token}::uuid, ${now} + ${leaseMs}::float8 * interval '1 millisecond', 1, ${now}, ${now},
              ${request.run?.version ?? null}::int, ${request.run?.input ?? null}::text, ${request.rootKey ?? null}::text,
              ${request.run?.traceContext ?? null}::text, ${request.run?.flow ?? true}::boolean, `;
-  deadlineAt();
-  if (!waiting) return;
-  b.sql`, ${waiting.kind}, ${waiting.step}, ${waiting.for}::text, `;
-  deadlineAt();
+  if (!deadline) b.sql`null::timestamptz`;
+  else if ('inMs' in deadline) b.sql`${now} + ${deadline.inMs}::float8 * interval '1 millisecond'`;
+  else b.sql`to_timestamp(${deadline.atMs}::float8 / 1000)`;
 }
 
 /** What an existing row `l` answers the request: a ClaimRow's columns, in order. */
