@@ -45,7 +45,7 @@ function processTicks(pid: number, withChildren: boolean): number {
 }
 
 /** The cluster's CPU so far, in ms: the postmaster, its live children, and those it has reaped. */
-function clusterCpuMs(postmaster: number): number {
+export function clusterCpuMs(postmaster: number): number {
   let ticks = processTicks(postmaster, true);
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -60,7 +60,7 @@ function clusterCpuMs(postmaster: number): number {
 }
 
 /** The postmaster's pid, when the server runs on this machine; undefined otherwise. */
-async function postmasterOf(url: string): Promise<number | undefined> {
+export async function postmasterOf(url: string): Promise<number | undefined> {
   const sql = postgres(url, { max: 1, onnotice: () => {} });
   try {
     const [row] = await sql<{ pid: number }[]>`select pg_backend_pid() as pid`;
