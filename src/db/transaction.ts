@@ -42,6 +42,16 @@ interface TrackedQuery {
   handler?: ((query: TrackedQuery) => unknown) & { debug?: unknown };
 }
 
+/**
+ * For a transaction of stepkey's statements only: none is planned with a
+ * sequential scan. A plan cached by a connection (a generic plan, a
+ * PL/pgSQL function's) is made with the tables' sizes of that moment; one
+ * made while the ledger or a queue's entries were a few rows would read them
+ * whole at every execution once they have grown. Every such statement has an
+ * index to use.
+ */
+export const WITHOUT_SEQ_SCANS = 'set local enable_seqscan = off';
+
 /** SET LOCAL statement_timeout, for the rest of the transaction (or until its savepoint is rolled back to). */
 export function statementTimeout(ms: number): string {
   return `set local statement_timeout = ${Math.max(1, Math.ceil(ms))}`;
@@ -119,7 +129,7 @@ export class Transaction implements HeldReservation {
    * Waiting for the connection is bounded by `acquireTimeoutMs` (default
    * 10 s): past it, `database_unavailable`.
    */
-  static async begin(pool: Sql, options: { statementTimeoutMs?: number; acquireTimeoutMs?: number } = {}): Promise<Transaction> {
+  static async begin(pool: Sql, options: { statementTimeoutMs?: number; acquireTimeoutMs?: number; withoutSeqScans?: boolean } = {}): Promise<Transaction> {
     const connection = await reserveWithin(pool, options.acquireTimeoutMs ?? DEFAULT_ACQUIRE_TIMEOUT_MS);
     const transaction = new Transaction(connection, healthOf(pool));
     const onexecute = (internal: PooledConnection) => {
@@ -142,9 +152,7 @@ export class Transaction implements HeldReservation {
       }
       return true;
     };
-    const begin = options.statementTimeoutMs
-      ? `begin; ${statementTimeout(options.statementTimeoutMs)}`
-      : 'begin';
+    const begin = ['begin', ...(options.statementTimeoutMs ? [statementTimeout(options.statementTimeoutMs)] : []), ...(options.withoutSeqScans ? [WITHOUT_SEQ_SCANS] : [])].join('; ');
     quiet(transaction.#track(connection.unsafe(begin, [], { onexecute } as never)).execute());
     return transaction;
   }

@@ -161,7 +161,7 @@ async function afterPipelined(sql: Sql, clock: Clock, flow: FlowControl, request
  */
 async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, requests: readonly EnqueueRequest[]): Promise<Pipelined[]> {
   const last = requests[requests.length - 1]!;
-  const tx = await Transaction.begin(sql, { acquireTimeoutMs: last.leaseMs });
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: last.leaseMs, withoutSeqScans: true });
   try {
     const claims = requests.map((request) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }));
     const entries = requests.map((request, i) => ({
@@ -197,7 +197,7 @@ function ownIfHolding(holding: boolean, request: EnqueueRequest, claim: { lease:
 
 /** The enqueue whose claim goes first, on its own: on Citus, and for a claim's rare paths (a failed run resumed, an expired key or lease). */
 async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request: EnqueueRequest): Promise<Enqueued> {
-  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs });
+  const tx = await Transaction.begin(sql, { acquireTimeoutMs: request.leaseMs, withoutSeqScans: true });
   try {
     const claim = await claimRun(tx.sql, clock, request.claim, { leaseMs: request.leaseMs });
     if (claim.state === 'waiting' && claim.resumed) {

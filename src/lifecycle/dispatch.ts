@@ -86,14 +86,17 @@ export function lockQueueStatement(q: Queryable, names: readonly string[], skipL
 /**
  * 'generic': the dispatch that follows a queue's lock is planned once per
  * connection, not at each execution (its plan does not depend on the values:
- * a custom plan cost more to make than it saved). Set for the rest of the
- * transaction, which holds only stepkey's statements from here on. 'custom'
- * on Citus, which routes a statement by its values and cannot plan one
- * without them.
+ * a custom plan cost more to make than it saved) — and without sequential
+ * scans (withoutSeqScans). Set for the rest of the transaction, which holds
+ * only stepkey's statements from here on. 'custom' on Citus, which routes a
+ * statement by its values and cannot plan one without them (a custom plan is
+ * made with the tables' sizes at each execution).
  */
 export type Plans = 'generic' | 'custom';
 const planMode = (q: Queryable, plans: Plans) =>
-  plans === 'generic' ? q`(select set_config('plan_cache_mode', 'force_generic_plan', true)) generic_plans` : q`(select 1) custom_plans`;
+  plans === 'generic'
+    ? q`(select set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)) generic_plans`
+    : q`(select 1) custom_plans`;
 
 /**
  * Under the queue's advisory lock: takes its row's lock — only if a run waits
@@ -167,9 +170,12 @@ export function handOffLockStatement(q: Queryable, queue: string, plans: Plans) 
 export function worthDispatchingStatement(q: Queryable, clock: Clock, queue: string) {
   // `waiting`: any run in line, read in the statement's snapshot (taken before the barrier): a hint
   // for the process (Dispatcher), never the decision.
+  // Planned without sequential scans (db/transaction.ts, WITHOUT_SEQ_SCANS): set first, in a subquery
+  // of its own, for this statement's transaction only — the function's queries are planned under it.
   return q<{ worth: boolean; waiting: boolean }[]>`
     select stepkey.worth_dispatching(${queue}::text, ${clock.offsetMs}::float8) as worth,
-           exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed) as waiting`;
+           exists (select 1 from stepkey.queue_entries e where e.queue = ${queue} and not e.holding and not e.failed) as waiting
+      from (select set_config('enable_seqscan', 'off', true)) without_seq_scans`;
 }
 
 /** The advisory lock key of the queue named by column `column`, apart from the keys' own (scope, chr(31), key). */
