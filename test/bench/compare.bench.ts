@@ -23,10 +23,9 @@
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import postgres from 'postgres';
+import { existsSync } from 'node:fs';
 import { clusterCpuMs, postmasterOf } from './cost.js';
-import { benchDatabase, printTable } from './harness.js';
-import { withDatabase } from '../helpers/urls.js';
+import { benchDatabase, emptyDatabase, printTable } from './harness.js';
 
 const CONCURRENCY = 8;
 
@@ -54,15 +53,18 @@ async function openBuild(root: string, label: string, adminUrl: string, mode: st
     ['db/connect.ts', 'db/migrate.ts', 'flow/define-queue.ts', 'workflow/define.ts', 'engine/engine.ts'].map((path) => load(root, path)),
   );
   const { z } = await import(pathToFileURL(createRequire(join(root, 'package.json')).resolve('zod')).href);
-  const name = `stepkey_compare_${label}_${process.pid}`;
-  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`drop database if exists ${name} with (force)`);
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
-  const url = withDatabase(adminUrl, name);
-  await migrate(url);
-  const db = connect(url, { max: 20 });
-  await db.sql`create table bench_compare (id bigserial primary key, n int not null)`;
+  const database = await emptyDatabase(adminUrl, `compare_${label}`);
+  // Dropped again if this build cannot be set up on it (its migrations fail, say).
+  let db: { sql: Tag; close(): Promise<void> } | undefined;
+  try {
+    await migrate(database.url);
+    db = connect(database.url, { max: 20 }) as { sql: Tag; close(): Promise<void> };
+    await db.sql`create table bench_compare (id bigserial primary key, n int not null)`;
+  } catch (error) {
+    await db?.close();
+    await database.drop();
+    throw error;
+  }
   const ended = new Map<string, number>();
   const oneStep = defineWorkflow({
     name: 'bench-compare-one',
@@ -96,9 +98,7 @@ async function openBuild(root: string, label: string, adminUrl: string, mode: st
     async close() {
       await engine.shutdown();
       await db.close();
-      const dropper = postgres(adminUrl, { max: 1, onnotice: () => {} });
-      await dropper.unsafe(`drop database if exists ${name} with (force)`);
-      await dropper.end();
+      await database.drop();
     },
   };
 }
@@ -114,14 +114,20 @@ export async function compareBench(options: { ops: number }): Promise<void> {
   if (!other) throw new Error('compare: set BENCH_BASE to another checkout of stepkey (with its dependencies) to compare this one with');
   const mode = process.env.BENCH_COMPARE ?? 'queued';
   if (mode !== 'queued' && mode !== 'run') throw new Error(`compare: BENCH_COMPARE is queued or run, not '${mode}'`);
+  const baseRoot = resolve(other);
+  if (!existsSync(join(baseRoot, 'src', 'engine', 'engine.ts'))) throw new Error(`compare: BENCH_BASE '${other}' is not a checkout of stepkey (no src/engine/engine.ts there)`);
   const phases = Number(process.env.BENCH_PHASES ?? 16);
-  const runs = Number(process.env.BENCH_OPS ? options.ops : 1500);
+  if (!Number.isInteger(phases) || phases < 2) throw new Error(`compare: BENCH_PHASES is a whole number of pairs, at least 2 (for a standard error), not '${process.env.BENCH_PHASES}'`);
+  const runs = process.env.BENCH_OPS ? options.ops : 1500;
+  if (!Number.isInteger(runs) || runs < 1) throw new Error(`compare: BENCH_OPS is a whole number of runs a phase, not '${process.env.BENCH_OPS}'`);
   const database = await benchDatabase();
-  const postmaster = await postmasterOf(database.url);
-  if (postmaster === undefined) throw new Error('compare: the PostgreSQL server must run on this machine (its CPU is read from /proc)');
-  const builds = [await openBuild(process.cwd(), 'this', database.url, mode), await openBuild(resolve(other), 'base', database.url, mode)];
-  const samples = new Map<string, Sample[]>(builds.map((build) => [build.label, []]));
+  const builds: Build[] = [];
+  const samples = new Map<string, Sample[]>([['this', []], ['base', []]]);
   try {
+    const postmaster = await postmasterOf(database.url);
+    if (postmaster === undefined) throw new Error('compare: the PostgreSQL server must run on this machine (its CPU is read from /proc)');
+    builds.push(await openBuild(process.cwd(), 'this', database.url, mode));
+    builds.push(await openBuild(baseRoot, 'base', database.url, mode));
     // A phase of each, uncounted: both builds' code compiled and their databases warm before the first pair.
     for (const build of builds) await build.phase('warm', runs);
     for (let pair = 0; pair < phases; pair += 1) {

@@ -25,20 +25,9 @@ export async function benchDatabase(): Promise<BenchDatabase> {
     adminUrl = embedded.url;
   }
   const create = async () => {
-    const name = `stepkey_bench_${randomBytes(3).toString('hex')}`;
-    const admin = postgres(adminUrl!, { max: 1, onnotice: () => {} });
-    await admin.unsafe(`create database ${name}`);
-    await admin.end();
-    const url = withDatabase(adminUrl!, name);
-    await migrate(url);
-    return {
-      url,
-      async drop() {
-        const dropper = postgres(adminUrl!, { max: 1, onnotice: () => {} });
-        await dropper.unsafe(`drop database if exists ${name} with (force)`);
-        await dropper.end();
-      },
-    };
+    const created = await emptyDatabase(adminUrl!);
+    await migrate(created.url);
+    return created;
   };
   const first = await create();
   return {
@@ -47,6 +36,22 @@ export async function benchDatabase(): Promise<BenchDatabase> {
     async close() {
       await first.drop();
       await embedded?.stop();
+    },
+  };
+}
+
+/** A database of its own, not migrated, on the server of `adminUrl` (`label` in its name), and the function that drops it. */
+export async function emptyDatabase(adminUrl: string, label = 'bench'): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `stepkey_${label}_${randomBytes(3).toString('hex')}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create database ${name}`);
+  await admin.end();
+  return {
+    url: withDatabase(adminUrl, name),
+    async drop() {
+      const dropper = postgres(adminUrl, { max: 1, onnotice: () => {} });
+      await dropper.unsafe(`drop database if exists ${name} with (force)`);
+      await dropper.end();
     },
   };
 }
