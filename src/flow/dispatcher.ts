@@ -56,6 +56,15 @@ export interface EnqueueOutcome {
   requeued: boolean;
 }
 
+/** A group given no room: it sends no dispatch (an entry of it that waits has its queue dispatched after the commit). */
+const NO_ROOM: GroupRoom = { capacity: 0, othersWaiting: false, overRoom: false, taken: () => {} };
+
+/** A group behind a backlog this process saw: no room either, and its entries take no lock (EnqueueRequest.behindBacklog). */
+const BEHIND_BACKLOG: GroupRoom = { ...NO_ROOM, behindBacklog: true };
+
+/** Whether runs waited in line after the dispatch that started `runs` (an enqueue's own run, started at once, says none did). */
+const leftInLine = (runs: readonly DispatchedRun[]) => runs.some((run) => !run.atOnce && run.more !== false);
+
 const idOf = (ref: KeyRef) => `${ref.scope}\u001f${ref.key}`;
 
 export class Dispatcher implements SlotHandOff {
@@ -94,14 +103,17 @@ export class Dispatcher implements SlotHandOff {
    */
   readonly #waitingSeen = new Map<string, boolean>();
   /**
-   * Queues whose last dispatch from here started runs waiting in line (a
-   * dispatch after an end, or an enqueue's batch): a backlog, most likely,
-   * so the next dispatch after an end takes the queue's lock without the
-   * look first — the look would find runs to start, and only delay them by
-   * a round trip and a wait for the lock. A dispatch that found no run in
-   * line, or an enqueue's run that took its slot at once (none was due
-   * before it), ends it; one that started none for want of a slot does not.
-   * A hint for cost only: either way the dispatch under the lock decides.
+   * Queues with a backlog: the last dispatch from here that started runs
+   * waiting in line (a dispatch after an end, or an enqueue's batch) left
+   * more in line behind them (DispatchedRun.more). So the next dispatch
+   * after an end takes the queue's lock without the look first — the look
+   * would find runs to start, and only delay them by a round trip and a wait
+   * for the lock — and an enqueue takes no lock and holds no room
+   * (EnqueueRequest.behindBacklog): its run waits, and the dispatch after its
+   * commit starts what the slots allow, in line. A dispatch that left none in
+   * line or found none, or an enqueue's run that took its slot at once (none
+   * was due before it), ends it; one that started none for want of a slot
+   * does not. A hint for cost only: either way the dispatch under the lock decides.
    */
   readonly #backlog = new Set<string>();
   /** Per queue, how many times an enqueue here saw its run wait: a look that began before the last of them does not say none waits. */
@@ -150,8 +162,7 @@ export class Dispatcher implements SlotHandOff {
     } finally {
       room.taken();
     }
-    if (dispatched.some((started) => !started.atOnce)) this.#sawBacklog(run.entry.queue, true);
-    else if (dispatched.length > 0) this.#sawBacklog(run.entry.queue, false);
+    if (dispatched.length > 0) this.#sawBacklog(run.entry.queue, leftInLine(dispatched));
     if (dispatchAfter) this.dispatchAfterEnd(run.entry.queue, 0, true);
     if (claim.state === 'mismatch') return { claim, own: false, rootKey: root, queued: false, requeued: false };
     const mineStarted = dispatched.some((d) => d.scope === ref.scope && d.key === ref.key);
@@ -292,7 +303,7 @@ export class Dispatcher implements SlotHandOff {
         // Runs were waiting: the next completions hand their slots over again. A look that found no
         // run in line: the next enqueues send no dispatch (their entries, if they wait, are
         // dispatched after their commits) — unless an enqueue saw one waiting since the look began.
-        if (result.runs.length > 0) this.#sawBacklog(result.queue, true);
+        if (result.runs.length > 0) this.#sawBacklog(result.queue, leftInLine(result.runs));
         else if (result.idle) this.#sawBacklog(result.queue, false);
         if (result.runs.length > 0) this.#waitingSeen.set(result.queue, true);
         else if (result.idle && (this.#waitingSince.get(result.queue) ?? 0) === since) this.#waitingSeen.set(result.queue, false);
@@ -363,8 +374,12 @@ export class Dispatcher implements SlotHandOff {
    * dispatched after the commit (dispatchAfterEnd), left to the run over the room.
    */
   #groupRoom(queue: string, callers: number): GroupRoom {
+    // Behind a backlog seen (one PostgreSQL), its entries take no lock, so its dispatch would start
+    // nothing; the room it held meanwhile would only keep the dispatch after an end from filling the
+    // slots given back.
+    if (this.#flow.dispatchesInline && this.#backlog.has(queue)) return BEHIND_BACKLOG;
     const admitted = this.#admit(queue, 0, true, callers);
-    if (!admitted) return { capacity: 0, othersWaiting: false, overRoom: false, taken: () => {} };
+    if (!admitted) return NO_ROOM;
     return { ...admitted, othersWaiting: this.#waitingSeen.get(queue) !== false };
   }
 

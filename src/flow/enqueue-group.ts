@@ -36,7 +36,7 @@ export const MAX_GROUP = 64;
  * (`taken`, once per caller; the group calls it for a caller it answers
  * with an error), so that another dispatch meanwhile does not count it free.
  */
-export interface GroupRoom extends Pick<EnqueueRequest, 'capacity' | 'othersWaiting'> {
+export interface GroupRoom extends Pick<EnqueueRequest, 'capacity' | 'othersWaiting' | 'behindBacklog'> {
   /** What the group's dispatch starts is over the process's room (Dispatcher: one run per queue at a time). */
   overRoom: boolean;
   taken(): void;
@@ -53,7 +53,7 @@ export interface GroupHost {
 export type GroupEnqueued = Enqueued & { room: GroupRoom };
 
 /** An enqueue as its caller makes it: the process's room and hint are read when its group is sent. */
-export type GroupedRequest = Omit<EnqueueRequest, 'capacity' | 'othersWaiting'>;
+export type GroupedRequest = Omit<EnqueueRequest, 'capacity' | 'othersWaiting' | 'behindBacklog'>;
 
 interface Waiting {
   request: GroupedRequest;
@@ -61,7 +61,7 @@ interface Waiting {
   reject: (error: unknown) => void;
 }
 
-const roomOf = ({ capacity, othersWaiting }: GroupRoom) => ({ capacity, othersWaiting });
+const roomOf = ({ capacity, othersWaiting, behindBacklog }: GroupRoom) => ({ capacity, othersWaiting, behindBacklog });
 
 const idOf = (request: GroupedRequest) => `${request.ref.scope}\u001f${request.ref.key}`;
 

@@ -10,7 +10,9 @@
  *   and no run is due in line before it, and parks the run (wait_kind
  *   'slot') if not (flow/sql/enqueue.ts); under the lock, a dispatch of
  *   runs due before it, unless this process last saw none waiting (then
- *   its queue is dispatched after the commit if the entry waits); COMMIT
+ *   its queue is dispatched after the commit if the entry waits); behind a
+ *   backlog this process saw, no lock and no dispatch at all (the run waits,
+ *   and its queue is dispatched after the commit: behindBacklog); COMMIT
  *
  * On one PostgreSQL all of it is one round trip (the claim sent first, the
  * entry written only if it inserted the run): a duplicate gets its
@@ -69,6 +71,14 @@ export interface EnqueueRequest {
    * queue's lock; if not, and some were, the queue is dispatched after the commit.
    */
   othersWaiting: boolean;
+  /**
+   * Whether this process's last dispatch of the queue started runs that
+   * waited in line (a hint: a backlog). The entry then takes no lock and no
+   * slot at once — its run could not pass the runs due before it, and the
+   * lock would make the enqueues and the dispatch after each end wait for
+   * one another — and the run waits; its queue is dispatched after the commit.
+   */
+  behindBacklog?: boolean;
   versions: Versions;
 }
 
@@ -166,7 +176,7 @@ async function enqueuePipelined(sql: Sql, clock: Clock, flow: FlowControl, reque
     const claims = requests.map((request) => runClaimStatement(tx.sql, clock, request.claim, { leaseMs: request.leaseMs }));
     const entries = requests.map((request, i) => ({
       lease: { ...request.ref, token: claims[i]!.token },
-      statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, claims[i]!.token) as postgres.PendingQuery<postgres.Row[]>,
+      statement: insertEntryStatement(tx.sql, clock, request.ref, request.entry, claims[i]!.token, request.behindBacklog) as postgres.PendingQuery<postgres.Row[]>,
     }));
     const batch = flow.enqueueStatements(tx.sql, last.entry.queue, entries, last.capacity, last.leaseMs, last.versions, last.othersWaiting);
     const answers = await tx.commit(...claims.map((claim) => claim.statement), ...batch.statements);
@@ -214,7 +224,7 @@ async function enqueueClaimed(sql: Sql, clock: Clock, flow: FlowControl, request
     }
     if (flow.dispatchesInline) {
       // The entry and the dispatch in one round trip, as in the pipelined path.
-      const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token) as postgres.PendingQuery<postgres.Row[]>;
+      const entry = insertEntryStatement(tx.sql, clock, request.ref, request.entry, claim.lease.token, request.behindBacklog) as postgres.PendingQuery<postgres.Row[]>;
       const batch = flow.enqueueStatements(tx.sql, request.entry.queue, [{ lease: claim.lease, statement: entry }], request.capacity, request.leaseMs, request.versions, request.othersWaiting);
       const answers = await tx.commit(...batch.statements);
       return { claim, requeued: false, dispatched: [...ownIfHolding(batch.holding(answers, 0), request, claim), ...batch.dispatched(answers)], dispatchAfter: batch.afterCommit(answers) };

@@ -43,6 +43,11 @@ export interface DispatchedRun {
   fresh?: FreshRun;
   /** An enqueue's own run, its slot taken at once (no dispatch's choice): it does not count against a dispatch's room. */
   atOnce?: true;
+  /**
+   * Whether runs still waited in line after the dispatch that started this
+   * one (one PostgreSQL; unknown on Citus): a backlog, as its process reads it.
+   */
+  more?: boolean;
 }
 
 /** A dispatched run that has recorded nothing: its row as a load would read it, without the load. */
@@ -374,6 +379,11 @@ export function dispatchStatement(
        where queues.name = ${queue} and s.rate_limit is not null and ${spends}
     )
     select s.scope, s.key, s.lease_token::text as token, s.attempts,
+           -- More entries in line, in the statement's snapshot, than the runs started (counted as
+           -- still waiting there): a hint of a backlog for the process, read by index up to one past them.
+           exists (select 1 from stepkey.queue_entries w
+                    where w.queue = ${queue} and not w.holding and not w.failed
+                   offset (select count(*) from started)) as more,
            -- A run with nothing recorded (no step, no attempt, no wait of its own): what executing it
            -- reads, so that it is not loaded again.
            case when s.wait_kind is null

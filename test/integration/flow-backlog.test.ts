@@ -1,13 +1,14 @@
 /**
  * A queue with a backlog: once a process's dispatch of it has started runs
- * that waited in line, its next dispatch after an end takes the queue's lock
- * at once instead of looking first (the look would only find runs to start),
- * until a dispatch finds no run in line (not merely no slot free); then an
- * end looks again. Seen from the lock
+ * that waited in line and left more in line, its next dispatch after an end
+ * takes the queue's lock at once instead of looking first (the look would
+ * only find runs to start), until a dispatch leaves or finds no run in line
+ * (not merely no slot free); then an end looks again. Seen from the lock
  * an end's dispatch waits for while a transaction of the test holds it: a
  * look waits for it shared, a dispatch exclusively. An enqueue while its
- * process has seen a backlog still takes a slot that another process gave
- * back, at once, and waits in line when none is free.
+ * process has seen a backlog takes no lock and no slot in its transaction:
+ * its run waits in line, and the dispatch after its commit starts it when a
+ * slot is free (one that another process gave back, say).
  */
 import { describe, expect, it } from 'vitest';
 import { defineQueue } from '../../src/flow/define-queue.js';
@@ -27,7 +28,7 @@ const { workflow: held, executions } = gatedOneStep('flow-backlog-held', gate);
 const NO_SWEEP = 3_600_000;
 
 describe('a queue with a backlog', () => {
-  it('is dispatched after an end without the look while its last dispatch started runs, and looked at again once one found none in line', async () => {
+  it('is dispatched after an end without the look while its last dispatch left runs in line, and looked at again once one left none', async () => {
     const queue = defineQueue({ name: uniqueKey('flow-backlog'), concurrency: 2 });
     const e = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
     const refs = ['a', 'b', 'c', 'd', 'e'].map((name) => ({ scope: 'acme', key: uniqueKey(`backlog-${name}`) }));
@@ -57,11 +58,11 @@ describe('a queue with a backlog', () => {
     // b's end: the last dispatch started c, so it takes the lock at once (exclusively), and starts d.
     expect(await waitedForByEnd(b)).toEqual(['ExclusiveLock']);
     await executing(d);
-    // c's end starts the last run in line; d's end takes the lock at once too, and finds none waiting.
+    // c's end starts the last run in line, and leaves none in line behind it: no backlog now, so d's
+    // end and the last run's look first again — each waits for the lock shared.
     gate(c.key).open();
     await executing(last);
-    expect(await waitedForByEnd(d)).toEqual(['ExclusiveLock']);
-    // So the last run's end looks first again: it waits for the lock shared.
+    expect(await waitedForByEnd(d)).toEqual(['ShareLock']);
     expect(await waitedForByEnd(last)).toEqual(['ShareLock']);
 
     expect(await Promise.all(handles.map((handle) => handle.result()))).toEqual(refs.map((ref) => ({ id: ref.key })));
@@ -77,32 +78,37 @@ const rowOf = async (ref: { scope: string; key: string }) =>
       from stepkey.ledger where scope = ${ref.scope} and key = ${ref.key}`)[0];
 
 describe('an enqueue behind a backlog seen', () => {
-  it('takes a slot given back elsewhere at once; one that finds none free waits and starts once; a duplicate changes nothing', async () => {
+  it('takes no slot in its own transaction: a slot given back elsewhere goes to it by the dispatch after its commit; one that finds none free waits and starts once; a duplicate changes nothing', async () => {
     const queue = defineQueue({ name: uniqueKey('flow-backlog-seen'), concurrency: 2 });
     const e = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
     const other = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
-    const [a, x, c, d, late] = ['a', 'x', 'c', 'd', 'late'].map((name) => ({ scope: 'acme', key: uniqueKey(`seen-${name}`) })) as [
-      { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string }, { scope: string; key: string },
-    ];
+    type Ref = { scope: string; key: string };
+    const [a, x, c, y, d, late] = ['a', 'x', 'c', 'y', 'd', 'late'].map((name) => ({ scope: 'acme', key: uniqueKey(`seen-${name}`) })) as [Ref, Ref, Ref, Ref, Ref, Ref];
     const executing = (ref: { key: string }) => expect.poll(() => executions.get(ref.key), { timeout: PATIENCE_MS, interval: 10 }).toBe(1);
-    // a here and x in the other process hold both slots; c waits in line.
+    // a here and x in the other process hold both slots; c and y wait in line.
     const ha = await e.enqueue(held, a, { id: a.key }, { queue });
     const hx = await other.enqueue(held, x, { id: x.key }, { queue });
     const hc = await e.enqueue(held, c, { id: c.key }, { queue });
-    expect([ha.queued, hx.queued, hc.queued]).toEqual([false, false, true]);
-    // a's end: this process's dispatch starts c, a run that waited in line — a backlog seen here.
+    const hy = await e.enqueue(held, y, { id: y.key }, { queue });
+    expect([ha.queued, hx.queued, hc.queued, hy.queued]).toEqual([false, false, true, true]);
+    // a's end: this process's dispatch starts c, a run that waited in line, and leaves y in line — a backlog seen here.
     gate(a.key).open();
     await executing(c);
-    // x's end, in the other process, frees a slot; that process finds no run in line.
+    // x's end, in the other process, starts y there; y's end finds no run in line, and frees a slot.
     gate(x.key).open();
     expect(await hx.result()).toEqual({ id: x.key });
+    await executing(y);
+    gate(y.key).open();
+    expect(await hy.result()).toEqual({ id: y.key });
     await expect.poll(() => slotsHeld(db().sql, queue.name), { timeout: PATIENCE_MS, interval: 10 }).toEqual({ held: 1, entries: 1 });
-    // d, enqueued here behind the backlog seen, finds the slot free and none in line: started at once, under its claim's lease.
+    // d, enqueued here behind the backlog seen, takes no lock and no slot (runs are expected in line
+    // before it): it waits, and the dispatch after its commit finds the slot free and starts it, with no sweep.
     const hd = await e.enqueue(held, d, { id: d.key }, { queue });
-    expect(hd.queued).toBe(false);
+    expect(hd.queued).toBe(true);
     await executing(d);
     expect(await rowOf(d)).toEqual({ status: 'in_progress', wait_kind: null, leased: true });
-    // late finds none free: it waits, parked for a slot, and its duplicate adds nothing.
+    // The dispatch that started d left none in line: the backlog seen here is over. late tries for a
+    // slot at once, finds none free: it waits, parked for a slot, and its duplicate adds nothing.
     const hl = await e.enqueue(held, late, { id: late.key }, { queue });
     expect(hl.queued).toBe(true);
     expect(await rowOf(late)).toEqual({ status: 'waiting', wait_kind: 'slot', leased: false });
@@ -115,7 +121,13 @@ describe('an enqueue behind a backlog seen', () => {
     gate(d.key).open();
     gate(late.key).open();
     expect(await Promise.all([ha, hc, hd, hl, again].map((handle) => handle.result()))).toEqual([a, c, d, late, late].map((ref) => ({ id: ref.key })));
-    expect([a, x, c, d, late].map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1, 1]);
+    expect([a, x, c, y, d, late].map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1, 1, 1]);
+    // No backlog seen any more: an enqueue takes a free slot at once again, under its claim's lease.
+    const fin: Ref = { scope: 'acme', key: uniqueKey('seen-fin') };
+    const hf = await e.enqueue(held, fin, { id: fin.key }, { queue });
+    expect(hf.queued).toBe(false);
+    gate(fin.key).open();
+    expect(await hf.result()).toEqual({ id: fin.key });
     expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
   });
 });

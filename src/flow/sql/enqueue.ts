@@ -20,7 +20,7 @@ export interface EntryValues {
   delayMs: number;
 }
 
-export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, entry: EntryValues, claimedHere?: string) {
+export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, entry: EntryValues, claimedHere?: string, behindBacklog = false) {
   const now = sqlNow(q, clock);
   if (claimedHere !== undefined) {
     // Sent with the claim that inserted the run (flow/enqueue.ts): only if it did, under lease token
@@ -36,7 +36,7 @@ export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, en
           from stepkey.ledger l
           -- Lateral on the run's row (the reference to l): decided only for the run this claim
           -- inserted, never for a duplicate's (the function takes the queue's locks).
-          cross join lateral (select case when l.status = 'in_progress' then ${grantedAtOnce(q, clock, entry)} else false end as at_once) g
+          cross join lateral (select case when l.status = 'in_progress' then ${grantedAtOnce(q, clock, entry, behindBacklog)} else false end as at_once) g
          where l.scope = ${ref.scope} and l.key = ${ref.key} and l.lease_token = ${claimedHere}::uuid and l.status = 'in_progress'
         returning holding, partition
       ), served as (
@@ -61,9 +61,10 @@ export function insertEntryStatement(q: Queryable, clock: Clock, ref: KeyRef, en
  * statement: decided by stepkey.slot_at_once (migration 0018), which takes
  * the queue's locks if a slot seemed free and then reads, in snapshots of its
  * own taken after them, whether a slot of the queue and of the partition is
- * free and no run is due in line before it. Never with a delay.
+ * free and no run is due in line before it. Never with a delay, nor behind
+ * a backlog its process saw (EnqueueRequest.behindBacklog): then no lock.
  */
-function grantedAtOnce(q: Queryable, clock: Clock, entry: EntryValues) {
-  if (entry.delayMs > 0) return q`false`;
+function grantedAtOnce(q: Queryable, clock: Clock, entry: EntryValues, behindBacklog: boolean) {
+  if (entry.delayMs > 0 || behindBacklog) return q`false`;
   return q`stepkey.slot_at_once(${entry.queue}::text, ${entry.partition}::text, ${clock.offsetMs}::float8)`;
 }
