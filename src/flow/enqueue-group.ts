@@ -6,7 +6,7 @@
  * A lone enqueue goes at once, as it would without a group: it waits for no
  * one, and no timer holds it back.
  *
- * Why: an enqueue that finds a slot free takes the queue's lock, and holds
+ * Why: an enqueue that finds a slot free (and saw no backlog) takes the queue's lock, and holds
  * it through its commit's WAL flush, so enqueues on one queue take its lock
  * one flush after another. Grouped, callers that would each wait their turn
  * for the lock share one turn.

@@ -20,7 +20,7 @@
  * resumed, an expired key or lease) take one more round trip, claim first.
  *
  * The queue's lock is held only while the server runs that batch, and only
- * by an enqueue that finds a slot free: it waits for the lock on the server,
+ * by an enqueue that finds a slot free (and saw no backlog): it waits for the lock on the server,
  * so that its run starts at once — its slot granted in its entry, under its
  * claim's lease (no park, no second start). Enqueues on a full queue take no
  * lock and commit side by side; an entry added without the lock has its
@@ -72,11 +72,13 @@ export interface EnqueueRequest {
    */
   othersWaiting: boolean;
   /**
-   * Whether this process's last dispatch of the queue started runs that
-   * waited in line (a hint: a backlog). The entry then takes no lock and no
-   * slot at once — its run could not pass the runs due before it, and the
-   * lock would make the enqueues and the dispatch after each end wait for
-   * one another — and the run waits; its queue is dispatched after the commit.
+   * Whether this process's last dispatch of the queue took every free slot
+   * and left runs due in line (a hint: a backlog). The entry then takes no
+   * lock and no slot at once, and the run waits (answered `queued`); its
+   * queue is dispatched after the commit, which starts it in its turn — by
+   * priority and partition, at once if that is now. With a backlog, the
+   * lock taken by every enqueue that saw a slot free made the enqueues and
+   * the dispatch after each end wait for one another while slots stood free.
    */
   behindBacklog?: boolean;
   versions: Versions;
@@ -102,7 +104,8 @@ export async function enqueueRun(sql: Sql, clock: Clock, flow: FlowControl, requ
  * Several enqueues on one queue in one transaction (one PostgreSQL; the
  * group of flow/enqueue-group.ts): their claims, then their entries, then
  * one dispatch, one round trip and one commit for all — the queue's lock
- * taken once, by the first entry that finds a slot free, and held for one
+ * taken once, by the first entry that finds a slot free (none behind a
+ * backlog: behindBacklog), and held for one
  * commit instead of one each. Claims first: a transaction never waits for
  * another's claim while it holds the queue's lock (a claim never waits: a key
  * another transaction is claiming is answered 'in progress'). Each request
@@ -145,7 +148,7 @@ export async function enqueueRuns(sql: Sql, clock: Clock, flow: FlowControl, req
  * its batch's only, so a request alone starts no run waiting in line in its
  * own transaction — a run of it that waits has its queue dispatched after
  * its commit (dispatchAfter), by the process, within its room. Its own run
- * still takes a free slot at once.
+ * still takes a free slot at once (unless behind a backlog: behindBacklog).
  */
 const withoutRoom = (request: EnqueueRequest): EnqueueRequest => ({ ...request, capacity: 0 });
 

@@ -165,8 +165,9 @@ export class FlowControl {
 
   /**
    * The entries of enqueues on `queue` in one transaction (one PostgreSQL),
-   * after their claims (flow/sql/enqueue.ts: each takes the queue's lock if a
-   * slot seemed free — the first to take it holds it for the rest — may take
+   * after their claims (flow/sql/enqueue.ts: each that tries for a slot at once
+   * — none behind a backlog — takes the queue's lock if a slot seemed free
+   * — the first to take it holds it for the rest — may take
    * a free slot at once, and answers { holding, locked }), and with
    * `inBatch` (runs may wait in line) a dispatch that starts runs only if the
    * lock was taken and the last entry did not take a slot under its claim's

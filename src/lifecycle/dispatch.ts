@@ -43,10 +43,7 @@ export interface DispatchedRun {
   fresh?: FreshRun;
   /** An enqueue's own run, its slot taken at once (no dispatch's choice): it does not count against a dispatch's room. */
   atOnce?: true;
-  /**
-   * Whether runs still waited in line after the dispatch that started this
-   * one (one PostgreSQL; unknown on Citus): a backlog, as its process reads it.
-   */
+  /** Whether the dispatch that started it took every free slot and left runs due in line (one PostgreSQL): a backlog. */
   more?: boolean;
 }
 
@@ -379,11 +376,13 @@ export function dispatchStatement(
        where queues.name = ${queue} and s.rate_limit is not null and ${spends}
     )
     select s.scope, s.key, s.lease_token::text as token, s.attempts,
-           -- More entries in line, in the statement's snapshot, than the runs started (counted as
-           -- still waiting there): a hint of a backlog for the process, read by index up to one past them.
-           exists (select 1 from stepkey.queue_entries w
-                    where w.queue = ${queue} and not w.holding and not w.failed
-                   offset (select count(*) from started)) as more,
+           -- A backlog (a hint): every free slot taken, and more entries due in line in the snapshot than
+           -- runs started (still waiting there), read by index up to one past them. Not when slots stay
+           -- free: the rest wait for their partition, or a process that runs their version.
+           (select count(*) from started) >= (select n from free)
+             and exists (select 1 from stepkey.queue_entries w
+                          where w.queue = ${queue} and not w.holding and not w.failed and w.not_before <= ${now}
+                         offset (select count(*) from started)) as more,
            -- A run with nothing recorded (no step, no attempt, no wait of its own): what executing it
            -- reads, so that it is not loaded again.
            case when s.wait_kind is null

@@ -131,3 +131,38 @@ describe('an enqueue behind a backlog seen', () => {
     expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
   });
 });
+
+describe('a backlog seen', () => {
+  it('ends with the dispatch that leaves none due in line: a run delayed in line does not keep it, and the next enqueue takes a free slot at once', async () => {
+    const queue = defineQueue({ name: uniqueKey('flow-backlog-ends'), concurrency: 2 });
+    const e = engineFor([held], { queues: [queue], sweepIntervalMs: NO_SWEEP });
+    type Ref = { scope: string; key: string };
+    const [later, a, b, c, d, f] = ['later', 'a', 'b', 'c', 'd', 'f'].map((name) => ({ scope: 'acme', key: uniqueKey(`ends-${name}`) })) as [Ref, Ref, Ref, Ref, Ref, Ref];
+    const executing = (ref: { key: string }) => expect.poll(() => executions.get(ref.key), { timeout: PATIENCE_MS, interval: 10 }).toBe(1);
+    // A run in line an hour from now, then a and b in both slots, c and d due in line.
+    const handles = [await e.enqueue(held, later, { id: later.key }, { queue, delayMs: NO_SWEEP })];
+    for (const ref of [a, b, c, d]) handles.push(await e.enqueue(held, ref, { id: ref.key }, { queue }));
+    expect(handles.map((handle) => handle.queued)).toEqual([true, false, false, true, true]);
+    // a's end starts c and leaves d due in line: a backlog. b's end starts d, and leaves only the run
+    // not due yet in line: the backlog ends there.
+    gate(a.key).open();
+    await executing(c);
+    gate(b.key).open();
+    await executing(d);
+    // c's end frees a slot that nothing due waits for.
+    gate(c.key).open();
+    await expect.poll(() => slotsHeld(db().sql, queue.name), { timeout: PATIENCE_MS, interval: 10 }).toEqual({ held: 1, entries: 2 });
+    const hf = await e.enqueue(held, f, { id: f.key }, { queue });
+    expect(hf.queued).toBe(false);
+    expect(await rowOf(f)).toEqual({ status: 'in_progress', wait_kind: null, leased: true });
+    // The delayed run starts once due.
+    gate(d.key).open();
+    gate(f.key).open();
+    gate(later.key).open();
+    e.clock.advance(NO_SWEEP + 1_000);
+    await expect.poll(async () => (await e.sweep(), executions.get(later.key)), { timeout: PATIENCE_MS, interval: 10 }).toBe(1);
+    expect(await Promise.all([...handles, hf].map((handle) => handle.result()))).toEqual([later, a, b, c, d, f].map((ref) => ({ id: ref.key })));
+    expect([later, a, b, c, d, f].map((ref) => executions.get(ref.key))).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(await slotsHeld(db().sql, queue.name)).toEqual({ held: 0, entries: 0 });
+  });
+});
