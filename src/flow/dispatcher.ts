@@ -62,7 +62,7 @@ const NO_ROOM: GroupRoom = { capacity: 0, othersWaiting: false, overRoom: false,
 /** A group behind a backlog this process saw: no room either, and its entries take no lock (EnqueueRequest.behindBacklog). */
 const BEHIND_BACKLOG: GroupRoom = { ...NO_ROOM, behindBacklog: true };
 
-/** Whether runs waited in line after the dispatch that started `runs` (an enqueue's own run, started at once, says none did). */
+/** Whether the dispatch that started `runs` left a backlog (DispatchedRun.more; unknown on Citus: yes). An enqueue's own run, started at once, says none waited. */
 const leftInLine = (runs: readonly DispatchedRun[]) => runs.some((run) => !run.atOnce && run.more !== false);
 
 const idOf = (ref: KeyRef) => `${ref.scope}\u001f${ref.key}`;
@@ -104,14 +104,14 @@ export class Dispatcher implements SlotHandOff {
   readonly #waitingSeen = new Map<string, boolean>();
   /**
    * Queues with a backlog: the last dispatch from here that started runs
-   * waiting in line (a dispatch after an end, or an enqueue's batch) left
-   * more in line behind them (DispatchedRun.more). So the next dispatch
+   * waiting in line (a dispatch after an end, or an enqueue's batch) took
+   * every free slot and left runs due in line (DispatchedRun.more). So the next dispatch
    * after an end takes the queue's lock without the look first — the look
    * would find runs to start, and only delay them by a round trip and a wait
    * for the lock — and an enqueue takes no lock and holds no room
    * (EnqueueRequest.behindBacklog): its run waits, and the dispatch after its
-   * commit starts what the slots allow, in line. A dispatch that left none in
-   * line or found none, or an enqueue's run that took its slot at once (none
+   * commit starts what the slots allow, in line. A dispatch that left a slot
+   * free or none due in line, or found none, or an enqueue's run that took its slot at once (none
    * was due before it), ends it; one that started none for want of a slot
    * does not. A hint for cost only: either way the dispatch under the lock decides.
    */

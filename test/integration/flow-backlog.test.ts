@@ -1,6 +1,6 @@
 /**
  * A queue with a backlog: once a process's dispatch of it has started runs
- * that waited in line and left more in line, its next dispatch after an end
+ * that waited in line, taken every free slot and left runs due in line, its next dispatch after an end
  * takes the queue's lock at once instead of looking first (the look would
  * only find runs to start), until a dispatch leaves or finds no run in line
  * (not merely no slot free); then an end looks again. Seen from the lock
